@@ -1,0 +1,5 @@
+"""``python -m ticdc_delta``: see :mod:`ticdc_delta.cli`."""
+
+from .cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,111 @@
+"""Command line: ``python -m ticdc_delta {decode,simulate,run,status}``.
+
+Exit codes follow the error kinds (:mod:`ticdc_delta.errors`): 0 success, 1 terminal failure (bad
+input, bad configuration, a DDL refused by policy — retrying will not help), 2 usage error,
+75 (``EX_TEMPFAIL``) retryable failure (broker unreachable, commit conflict) — let Airflow retry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .errors import TicdcDeltaError
+
+__all__ = ["main", "EXIT_OK", "EXIT_TERMINAL", "EXIT_USAGE", "EXIT_RETRYABLE", "exit_code_for"]
+
+EXIT_OK = 0
+EXIT_TERMINAL = 1
+EXIT_USAGE = 2
+EXIT_RETRYABLE = 75
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The process exit code for an error: retryable ones get 75, everything else 1."""
+    return EXIT_RETRYABLE if getattr(exc, "retryable", False) else EXIT_TERMINAL
+
+
+def _pairs(items: Sequence[str] | None, what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise argparse.ArgumentTypeError(f"{what} must look like NAME=VALUE, got {item!r}")
+        out[name.strip()] = value
+    return out
+
+
+def _cmd_decode(args: argparse.Namespace) -> int:
+    from .codec import DecodeContext, decoder_for
+    from .codec.json_output import event_to_json_line
+
+    options = _pairs(args.option, "--option")
+    schemas = None
+    if args.protocol == "avro":
+        from .codec.avro import AvroSchemas
+
+        files = _pairs(args.avro_schema, "--avro-schema")
+        try:
+            ids = {int(k): v for k, v in files.items()}
+        except ValueError:
+            raise argparse.ArgumentTypeError("--avro-schema ids must be integers (ID=FILE)") from None
+        schemas = AvroSchemas.from_files(ids)
+    elif args.avro_schema:
+        raise argparse.ArgumentTypeError("--avro-schema only applies to --protocol avro")
+    decoder = decoder_for(args.protocol, options, schemas=schemas)
+    value = Path(args.value_file).read_bytes()
+    key = Path(args.key_file).read_bytes() if args.key_file else None
+    events = decoder.decode(key, value, DecodeContext(args.topic, args.partition, args.offset))
+    out = sys.stdout
+    for event in events:
+        out.write(event_to_json_line(event))
+        out.write("\n")
+    out.flush()
+    return EXIT_OK
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m ticdc_delta", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    dec = sub.add_parser("decode", help="decode one Kafka message and print its events as JSON lines")
+    dec.add_argument("--protocol", required=True, choices=["open-protocol", "craft", "canal-json", "avro"])
+    dec.add_argument("--value-file", required=True, help="file holding the message value")
+    dec.add_argument("--key-file", help="file holding the message key")
+    dec.add_argument("--option", action="append", metavar="NAME=VALUE",
+                     help="TiCDC sink-uri option, e.g. enable-tidb-extension=true (repeatable)")
+    dec.add_argument("--avro-schema", action="append", metavar="ID=FILE",
+                     help="Avro schema id and its .avsc file (repeatable)")
+    dec.add_argument("--topic", default=None, help=argparse.SUPPRESS)
+    dec.add_argument("--partition", type=int, default=None, help=argparse.SUPPRESS)
+    dec.add_argument("--offset", type=int, default=None, help=argparse.SUPPRESS)
+    dec.set_defaults(func=_cmd_decode)
+
+    try:
+        from .simulator import cli as simulator_cli
+    except ImportError:  # pragma: no cover - the simulator is part of the package
+        simulator_cli = None
+    if simulator_cli is not None:
+        sim = sub.add_parser("simulate", help="generate a TiCDC stream and the expected final tables")
+        simulator_cli.add_arguments(sim)
+        sim.set_defaults(func=simulator_cli.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except argparse.ArgumentTypeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except TicdcDeltaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exit_code_for(exc)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_TERMINAL

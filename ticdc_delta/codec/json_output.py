@@ -1,0 +1,71 @@
+"""Events as the JSON objects the ``decode`` CLI prints (one per line, in message order).
+
+The shape is a contract other tools depend on:
+
+- row: ``{"kind": "row", "commit_ts", "schema", "table", "op", "columns", "old"}``
+- ddl: ``{"kind": "ddl", "commit_ts", "schema", "table", "query"}``
+- resolved / watermark: ``{"kind": "resolved", "commit_ts"}``
+
+Values: integers stay exact JSON integers (18446744073709551615 included), floats are JSON numbers,
+``None`` is ``null``, bytes become ``{"base64": "..."}`` and everything else is a JSON string.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import orjson
+
+from .model import Column, DDLEvent, Event, ResolvedEvent, RowChange
+
+__all__ = ["event_to_json_object", "event_to_json_line", "value_to_json"]
+
+
+def value_to_json(value: Any) -> Any:
+    """One column value in the CLI's JSON form."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
+    return str(value)
+
+
+def _image(columns: tuple[Column, ...] | None) -> dict[str, Any] | None:
+    if columns is None:
+        return None
+    return {c.name: value_to_json(c.value) for c in columns}
+
+
+def event_to_json_object(event: Event) -> dict[str, Any]:
+    """The CLI's JSON object for one event."""
+    if isinstance(event, RowChange):
+        return {
+            "kind": "row",
+            "commit_ts": event.commit_ts,
+            "schema": event.schema,
+            "table": event.table,
+            "op": event.op,
+            "columns": _image(event.columns),
+            "old": _image(event.old),
+        }
+    if isinstance(event, DDLEvent):
+        return {
+            "kind": "ddl",
+            "commit_ts": event.commit_ts,
+            "schema": event.schema,
+            "table": event.table or "",
+            "query": event.query,
+        }
+    if isinstance(event, ResolvedEvent):
+        return {"kind": "resolved", "commit_ts": event.commit_ts}
+    raise TypeError(f"not an event: {type(event).__name__}")
+
+
+def event_to_json_line(event: Event) -> str:
+    """One line of ``decode`` output (no trailing newline).
+
+    orjson refuses integers beyond 64 bits and writes big unsigned ones exactly, so
+    BIGINT UNSIGNED max prints as ``18446744073709551615``.
+    """
+    return orjson.dumps(event_to_json_object(event), option=orjson.OPT_PASSTHROUGH_DATACLASS).decode()
