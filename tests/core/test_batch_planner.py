@@ -1,0 +1,146 @@
+"""The consumer rules: replay drop, holding for the slowest partition, DDL placement and dedupe, collapse."""
+
+from __future__ import annotations
+
+import pytest
+
+from ticdc_delta.core.batch_planner import (
+    OFFSET_ORDER,
+    WATERMARK,
+    ConsumerState,
+    ResolvedMark,
+    RowsStep,
+    plan_batch,
+)
+from ticdc_delta.core.merge import DELETE, UPSERT, KeyResolver, MissingKeyError
+from ticdc_delta.core.records import ChangeRecord, DDLRecord, dump_record, load_record
+
+KEY, PLAIN = 0x0A, 0
+
+
+def row(ts, partition, offset, op, new=None, old=None, table="t", topic="cdc", idx=0):
+    def img(d):
+        return None if d is None else tuple((k, 8, KEY if k == "id" else PLAIN, v) for k, v in d.items())
+
+    return ChangeRecord(ts, topic, partition, offset, idx, "s", table, op, img(new), img(old))
+
+
+def ddl(ts, partition, offset, query="ALTER TABLE t ADD COLUMN c INT", topic="cdc"):
+    return DDLRecord(ts, topic, partition, offset, 0, "s", "t", query, 5)
+
+
+def rm(partition, offset, ts, topic="cdc"):
+    return ResolvedMark(topic, partition, offset, 0, ts)
+
+
+def plan(state, records, resolved, parts=(0, 1), mode=WATERMARK):
+    return plan_batch(state, records, resolved, mode=mode, keys=KeyResolver(), partitions={"cdc": parts})
+
+
+def final(step: RowsStep, table: str = "t") -> dict:
+    tc = step.tables[("s", table)]
+    return {k: (c.kind, dict((x[0], x[3]) for x in c.image)) for k, c in tc.changes.items()}
+
+
+def test_rows_wait_for_the_slowest_partition_then_apply() -> None:
+    p1 = plan(ConsumerState(), [row(10, 0, 0, "insert", {"id": 1, "v": "a"})], [rm(0, 1, 20)])
+    assert p1.steps == [] and p1.held == 1  # partition 1 has promised nothing yet
+    p2 = plan(p1.state, [], [rm(1, 0, 5)])
+    assert p2.steps == [] and p2.held == 1  # partition 1 only up to 5 < 10
+    p3 = plan(p2.state, [], [rm(1, 1, 10)])
+    assert p3.held == 0 and final(p3.steps[0]) == {(1,): (UPSERT, {"id": 1, "v": "a"})}
+
+
+def test_replays_below_the_partition_watermark_are_dropped_at_their_position() -> None:
+    records = [
+        row(10, 0, 0, "insert", {"id": 1, "v": "a"}),
+        row(12, 0, 1, "delete", old={"id": 1}),
+        row(10, 0, 3, "insert", {"id": 1, "v": "a"}),  # replay after resolved 15
+    ]
+    p = plan(ConsumerState(), records, [rm(0, 2, 15), rm(1, 0, 15)])
+    assert p.replays_dropped == 1
+    assert final(p.steps[0]) == {(1,): (DELETE, {"id": 1})}
+
+
+def test_exact_duplicates_change_nothing() -> None:
+    ins = row(10, 0, 0, "insert", {"id": 1, "v": "a"})
+    p = plan(ConsumerState(), [ins, ins._replace(offset=1)], [rm(0, 2, 10), rm(1, 0, 10)])
+    assert final(p.steps[0]) == {(1,): (UPSERT, {"id": 1, "v": "a"})}
+
+
+def test_key_change_deletes_old_key_and_order_is_commit_ts_then_offset() -> None:
+    records = [
+        row(20, 1, 0, "update", {"id": 2, "v": "b"}, {"id": 1, "v": "a"}),
+        row(10, 0, 0, "insert", {"id": 1, "v": "a"}),
+        row(30, 0, 1, "insert", {"id": 3, "v": "c"}),
+    ]
+    p = plan(ConsumerState(), records, [rm(0, 2, 40), rm(1, 1, 40)])
+    assert final(p.steps[0]) == {
+        (1,): (DELETE, {"id": 1, "v": "a"}),
+        (2,): (UPSERT, {"id": 2, "v": "b"}),
+        (3,): (UPSERT, {"id": 3, "v": "c"}),
+    }
+
+
+def test_ddl_applies_between_older_and_newer_rows_once() -> None:
+    records = [
+        row(10, 0, 0, "insert", {"id": 1, "v": "a"}),
+        ddl(15, 0, 1),
+        ddl(15, 1, 0),  # broadcast copy
+        row(20, 1, 1, "insert", {"id": 2, "v": "b", "c": 7}),
+        row(12, 1, 2, "insert", {"id": 3, "v": "x"}),  # later offset, older ts: still before the DDL
+    ]
+    p = plan(ConsumerState(), records, [rm(0, 2, 25), rm(1, 3, 25)])
+    kinds = [type(s).__name__ for s in p.steps]
+    assert kinds == ["RowsStep", "DDLRecord", "RowsStep"]
+    assert set(final(p.steps[0])) == {(1,), (3,)}
+    assert set(final(p.steps[2])) == {(2,)}
+    assert p.duplicate_ddl == 1
+    # a late copy of the same DDL in a later batch (ts == watermark, not a replay by the rule) is dropped too
+    p2 = plan(p.state, [ddl(25, 0, 3, "CREATE TABLE x (id INT)"), ddl(25, 1, 4, "CREATE TABLE x (id INT)")],
+              [rm(0, 4, 25), rm(1, 5, 25)])
+    assert len([s for s in p2.steps if isinstance(s, DDLRecord)]) == 1
+    p3 = plan(p2.state, [ddl(25, 0, 5, "CREATE TABLE x (id INT)")], [])
+    assert p3.steps == [] and p3.duplicate_ddl == 1
+
+
+def test_watermark_regression_is_ignored() -> None:
+    p = plan(ConsumerState(), [], [rm(0, 0, 50), rm(0, 1, 40), rm(1, 0, 50)])
+    assert p.state.watermarks[("cdc", 0)] == 50 and p.watermark_regressions == 1
+
+
+def test_plan_is_deterministic_and_state_round_trips() -> None:
+    records = [row(10 + i, i % 2, i, "insert", {"id": i, "v": str(i)}) for i in range(20)]
+    a = plan(ConsumerState(), records, [rm(0, 100, 20), rm(1, 100, 15)])
+    b = plan(ConsumerState(), list(reversed(records)), [rm(1, 100, 15), rm(0, 100, 20)])
+    assert [final(s) for s in a.steps] == [final(s) for s in b.steps]
+    assert a.state == b.state and a.held == 14
+    assert [load_record(dump_record(r)) for r in a.state.held] == a.state.held
+
+
+def test_offset_order_mode_applies_everything_ddl_first() -> None:
+    records = [
+        row(None, 0, 0, "insert", {"id": 1, "v": "a"}),
+        row(None, 1, 0, "insert", {"id": 2, "v": "b"}),
+        row(None, 0, 1, "delete", old={"id": 1}),
+        ddl(None, 0, 2),
+    ]
+    p = plan(ConsumerState(), records, [], mode=OFFSET_ORDER)
+    assert isinstance(p.steps[0], DDLRecord)
+    assert final(p.steps[1]) == {(1,): (DELETE, {"id": 1}), (2,): (UPSERT, {"id": 2, "v": "b"})}
+    assert p.held == 0
+
+
+def test_key_override_and_missing_key() -> None:
+    keys = KeyResolver({("s", "t"): ["v"]})
+    p = plan_batch(ConsumerState(), [row(1, 0, 0, "insert", {"id": 1, "v": "a"})], [rm(0, 1, 1)],
+                   mode=WATERMARK, keys=keys, partitions={"cdc": [0]})
+    assert set(final(p.steps[0])) == {("a",)}
+    with pytest.raises(MissingKeyError, match="lacks key columns"):
+        plan_batch(ConsumerState(), [row(1, 0, 0, "delete", old={"id": 1})], [rm(0, 1, 1)],
+                   mode=WATERMARK, keys=keys, partitions={"cdc": [0]})
+
+
+def test_unknown_mode() -> None:
+    with pytest.raises(ValueError, match="unknown mode"):
+        plan(ConsumerState(), [], [], mode="nope")

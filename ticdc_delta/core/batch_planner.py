@@ -1,0 +1,205 @@
+"""Plan one micro-batch: which rows and DDL to apply, in which order, and what stays held.
+
+Watermark mode (Open Protocol, Craft, Canal-JSON with ``enable-tidb-extension``), after TiCDC's own
+Kafka consumer:
+
+1. Walk every partition in offset order. A resolved ts raises that partition's watermark (a smaller one
+   is a replay and ignored). A row or DDL whose commit ts is below its partition's watermark *at that
+   point* is a replay of something already promised: drop and count it.
+2. The rest joins the held records. Everything of a topic with commit ts ≤ the topic's minimum watermark
+   is released; the remainder stays held (durably, in the job state).
+3. Released records are applied in (commit ts, partition, offset) order. DDL is applied exactly between
+   the rows before and after its commit ts, once: broadcast copies (every partition but Canal-JSON's
+   partition 0 only) share (commit ts, schema, table, query) and are deduplicated, also against copies
+   applied in earlier batches.
+4. Between DDLs, rows are collapsed to one final change per key (:mod:`.merge`).
+
+Offset-order mode (Avro; Canal-JSON without the extension: no watermarks, maybe no commit ts): the batch
+is applied as it comes — DDL first (deduplicated), then every row in (partition, offset) order per key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+
+from .merge import KeyResolver, TableChanges, collapse
+from .pending_buffer import PendingBuffer, apply_order
+from .records import ChangeRecord, DDLRecord, Record
+from .resolved_ts import WatermarkTracker
+
+__all__ = [
+    "WATERMARK",
+    "OFFSET_ORDER",
+    "ResolvedMark",
+    "ConsumerState",
+    "RowsStep",
+    "BatchPlan",
+    "plan_batch",
+]
+
+WATERMARK = "watermark"
+OFFSET_ORDER = "offset-order"
+
+
+class ResolvedMark(NamedTuple):
+    """A resolved ts / watermark event at its Kafka coordinates."""
+
+    topic: str
+    partition: int
+    offset: int
+    idx: int
+    ts: int
+
+
+@dataclass
+class ConsumerState:
+    """What must survive a restart besides the Kafka offsets: watermarks, held records and the
+    identities of DDL already applied (to drop late broadcast copies)."""
+
+    watermarks: dict[tuple[str, int], int] = field(default_factory=dict)
+    held: list[Record] = field(default_factory=list)
+    applied_ddl: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+@dataclass
+class RowsStep:
+    """Rows to merge, per table, between two DDLs."""
+
+    tables: dict[tuple[str, str], TableChanges]
+
+
+@dataclass
+class BatchPlan:
+    """The ordered steps of one micro-batch, the state after it, and its counters."""
+
+    steps: list[RowsStep | DDLRecord]
+    state: ConsumerState
+    replays_dropped: int = 0
+    duplicate_ddl: int = 0
+    watermark_regressions: int = 0
+    rows_released: int = 0
+    topic_watermarks: dict[str, int | None] = field(default_factory=dict)
+
+    @property
+    def held(self) -> int:
+        return len(self.state.held)
+
+
+def _order(item: Record | ResolvedMark) -> tuple[str, int, int, int]:
+    return (item.topic, item.partition, item.offset, item.idx)
+
+
+def plan_batch(
+    state: ConsumerState,
+    records: Iterable[Record],
+    resolved: Iterable[ResolvedMark],
+    *,
+    mode: str,
+    keys: KeyResolver,
+    partitions: Mapping[str, Iterable[int]] | None = None,
+) -> BatchPlan:
+    """Plan a micro-batch from the previous ``state`` and the batch's decoded records and resolved marks.
+
+    ``partitions`` names every partition of each topic (a partition that has sent nothing yet still
+    holds back its topic). The function is deterministic: the same state and input give the same plan,
+    which is what lets a re-run of a crashed micro-batch commit exactly what the first attempt would have.
+
+    Raises:
+        ValueError: unknown mode; MissingKeyError (from :mod:`.merge`) for a row without its key.
+    """
+    if mode == OFFSET_ORDER:
+        return _plan_offset_order(state, records, keys)
+    if mode != WATERMARK:
+        raise ValueError(f"unknown mode {mode!r}")
+
+    tracker = WatermarkTracker(state.watermarks)
+    for topic, parts in (partitions or {}).items():
+        tracker.add_partitions(topic, parts)
+    pending = PendingBuffer(state.held)
+    replays = 0
+    items: list[Record | ResolvedMark] = [*records, *resolved]
+    items.sort(key=_order)
+    for item in items:
+        if isinstance(item, ResolvedMark):
+            tracker.observe(item.topic, item.partition, item.ts)
+            continue
+        wm = tracker.partition_watermark(item.topic, item.partition)
+        if wm is not None and item.commit_ts is not None and item.commit_ts < wm:
+            replays += 1
+            continue
+        pending.add(item)
+
+    released: list[Record] = []
+    topic_wms: dict[str, int | None] = {}
+    for topic in tracker.topics():
+        topic_wms[topic] = tracker.topic_watermark(topic)
+        released.extend(pending.release(topic, topic_wms[topic]))
+    released.sort(key=apply_order)
+
+    applied = set(state.applied_ddl)
+    steps, duplicate_ddl, new_ddl = _steps(released, keys, applied)
+    low = tracker.global_low()
+    # A DDL copy older than every watermark would be dropped as a replay anyway: forget it.
+    kept_ddl = [d for d in (*state.applied_ddl, *new_ddl) if low is None or (d[0] or 0) >= low]
+    new_state = ConsumerState(tracker.snapshot(), list(pending), sorted(set(kept_ddl), key=_ddl_sort))
+    return BatchPlan(
+        steps,
+        new_state,
+        replays_dropped=replays,
+        duplicate_ddl=duplicate_ddl,
+        watermark_regressions=tracker.regressions,
+        rows_released=sum(1 for r in released if isinstance(r, ChangeRecord)),
+        topic_watermarks=topic_wms,
+    )
+
+
+def _ddl_sort(identity: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple("" if v is None else v for v in identity)
+
+
+def _steps(
+    ordered: Sequence[Record], keys: KeyResolver, applied: set[tuple[Any, ...]]
+) -> tuple[list[RowsStep | DDLRecord], int, list[tuple[Any, ...]]]:
+    steps: list[RowsStep | DDLRecord] = []
+    duplicates = 0
+    new_ddl: list[tuple[Any, ...]] = []
+    run: list[ChangeRecord] = []
+
+    def flush() -> None:
+        if run:
+            steps.append(RowsStep(collapse(run, keys)))
+            run.clear()
+
+    for rec in ordered:
+        if isinstance(rec, DDLRecord):
+            ident = rec.identity()
+            if ident in applied:
+                duplicates += 1
+                continue
+            applied.add(ident)
+            new_ddl.append(ident)
+            flush()
+            steps.append(rec)
+        else:
+            run.append(rec)
+    flush()
+    return steps, duplicates, new_ddl
+
+
+def _plan_offset_order(state: ConsumerState, records: Iterable[Record], keys: KeyResolver) -> BatchPlan:
+    ordered = sorted(records, key=_order)
+    ddl = [r for r in ordered if isinstance(r, DDLRecord)]
+    rows = [r for r in ordered if isinstance(r, ChangeRecord)]
+    applied = set(state.applied_ddl)
+    steps, duplicates, new_ddl = _steps(ddl, keys, applied)
+    if rows:
+        steps.append(RowsStep(collapse(rows, keys)))
+    # Without commit ts there is no watermark to age DDL identities out; keep the most recent ones.
+    kept = [*state.applied_ddl, *new_ddl][-1000:]
+    return BatchPlan(
+        steps,
+        ConsumerState(dict(state.watermarks), [], kept),
+        duplicate_ddl=duplicates,
+        rows_released=len(rows),
+    )

@@ -1,0 +1,133 @@
+"""Collapse ordered row changes to one final change per key, as a MERGE needs them.
+
+Changes arrive in (commit_ts, partition offset) order. Each key ends as an *upsert* of its last new image
+or a *delete*. An update whose key changed deletes the old key (TiCDC splits such updates into
+DELETE + INSERT by default; when it does not, the old image tells us the old key).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from ..codec.model import ColumnFlag, Op
+from .records import ChangeRecord, ColumnTuple
+
+__all__ = ["FinalChange", "TableChanges", "KeyResolver", "collapse", "UPSERT", "DELETE"]
+
+UPSERT = "u"
+DELETE = "d"
+
+_HANDLE = int(ColumnFlag.HANDLE_KEY)
+_PRIMARY = int(ColumnFlag.PRIMARY_KEY)
+_UNIQUE = int(ColumnFlag.UNIQUE_KEY)
+
+
+@dataclass(slots=True)
+class FinalChange:
+    """The last change of one key: ``kind`` is :data:`UPSERT` (``image`` = new row) or :data:`DELETE`
+    (``image`` = the old row, possibly only its key columns)."""
+
+    kind: str
+    image: tuple[ColumnTuple, ...]
+    commit_ts: int | None
+    op: str  # the source operation that produced it (insert / update / delete)
+
+
+@dataclass(slots=True)
+class TableChanges:
+    """Final changes of one table within one step, with the key column names used."""
+
+    schema: str
+    table: str
+    key_columns: tuple[str, ...]
+    changes: dict[tuple[Any, ...], FinalChange] = field(default_factory=dict)
+    source_rows: int = 0
+
+
+class KeyResolver:
+    """Chooses the merge key of each table: the YAML override, else the columns the protocol flags as
+    handle key (TiCDC's choice of primary or unique key), else primary-key, else unique-key flags, else
+    every column of the image (a table without any key: rows are identified by all their values).
+
+    Once a table's key is known from flags it is remembered, so a later image without flags (e.g. a
+    delete carrying only some columns) still uses the same key.
+    """
+
+    def __init__(self, overrides: Mapping[tuple[str, str], Sequence[str]] | None = None) -> None:
+        self._overrides = {k: tuple(v) for k, v in (overrides or {}).items()}
+        self._known: dict[tuple[str, str], tuple[str, ...]] = {}
+
+    def key_columns(self, schema: str, table: str, image: tuple[ColumnTuple, ...]) -> tuple[str, ...]:
+        ident = (schema, table)
+        found = self._overrides.get(ident) or self._known.get(ident)
+        if found:
+            return found
+        for mask in (_HANDLE, _PRIMARY, _UNIQUE):
+            names = tuple(c[0] for c in image if c[2] & mask)
+            if names:
+                self._known[ident] = names
+                return names
+        return tuple(c[0] for c in image)
+
+    def forget(self, schema: str, table: str) -> None:
+        """Drop the remembered key of a table (its key changed by DDL)."""
+        self._known.pop((schema, table), None)
+
+
+def _key(image: tuple[ColumnTuple, ...], names: tuple[str, ...]) -> tuple[Any, ...] | None:
+    if len(names) == 1:
+        name = names[0]
+        for c in image:
+            if c[0] == name:
+                return (c[3],)
+        return None
+    values = {c[0]: c[3] for c in image}
+    try:
+        return tuple(values[n] for n in names)
+    except KeyError:
+        return None
+
+
+class MissingKeyError(ValueError):
+    """A row image lacks a key column."""
+
+
+def collapse(
+    records: Iterable[ChangeRecord],
+    keys: KeyResolver,
+    into: dict[tuple[str, str], TableChanges] | None = None,
+) -> dict[tuple[str, str], TableChanges]:
+    """Fold ``records`` (already in apply order) into the final change per (table, key).
+
+    Raises:
+        MissingKeyError: an image without one of its table's key columns.
+    """
+    tables: dict[tuple[str, str], TableChanges] = {} if into is None else into
+    for rec in records:
+        ident = (rec.schema, rec.table)
+        image = rec.new if rec.new is not None else rec.old
+        if image is None:
+            raise MissingKeyError(f"{rec.schema}.{rec.table}: a row change without any column image")
+        names = keys.key_columns(rec.schema, rec.table, image)
+        tc = tables.get(ident)
+        if tc is None:
+            tc = tables[ident] = TableChanges(rec.schema, rec.table, names)
+        tc.source_rows += 1
+        if rec.new is None:  # delete
+            k = _key(rec.old, names)  # type: ignore[arg-type]
+            if k is None:
+                raise MissingKeyError(f"{rec.schema}.{rec.table}: delete image lacks key columns {names}")
+            tc.changes[k] = FinalChange(DELETE, rec.old, rec.commit_ts, Op.DELETE)  # type: ignore[arg-type]
+            continue
+        k = _key(rec.new, names)
+        if k is None:
+            raise MissingKeyError(f"{rec.schema}.{rec.table}: row image lacks key columns {names}")
+        if rec.old is not None:
+            old_k = _key(rec.old, names)
+            if old_k is not None and old_k != k:
+                # the key changed: the row under the old key is gone
+                tc.changes[old_k] = FinalChange(DELETE, rec.old, rec.commit_ts, Op.DELETE)
+        tc.changes.pop(k, None)  # keep dict order = order of the final change
+        tc.changes[k] = FinalChange(UPSERT, rec.new, rec.commit_ts, rec.op)
+    return tables

@@ -1,0 +1,111 @@
+"""Decoded events as they travel from the executors to the driver and into the held-rows state.
+
+A :class:`ChangeRecord` is a row change plus its Kafka coordinates; a :class:`DDLRecord` a DDL plus its
+coordinates. Column images are tuples of ``(name, type code, flags as int, value)`` — plain tuples, so
+they pickle small and fast (``ColumnFlag`` members would be rebuilt one enum call per column).
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, NamedTuple, Union
+
+from ..codec.model import DDLEvent, RowChange
+
+__all__ = [
+    "ColumnTuple",
+    "ChangeRecord",
+    "DDLRecord",
+    "Record",
+    "record_from_event",
+    "dump_record",
+    "load_record",
+    "image_dict",
+]
+
+ColumnTuple = tuple  # (name: str, type_code: int, flags: int, value: Any)
+
+
+class ChangeRecord(NamedTuple):
+    """A row change with the coordinates that order it: (commit_ts, topic, partition, offset, idx)."""
+
+    commit_ts: int | None
+    topic: str
+    partition: int
+    offset: int
+    idx: int  # position of the event inside its Kafka message (batching protocols)
+    schema: str
+    table: str
+    op: str
+    new: tuple[ColumnTuple, ...] | None
+    old: tuple[ColumnTuple, ...] | None
+
+    kind = "row"
+
+
+class DDLRecord(NamedTuple):
+    """A DDL with its coordinates."""
+
+    commit_ts: int | None
+    topic: str
+    partition: int
+    offset: int
+    idx: int
+    schema: str
+    table: str
+    query: str
+    ddl_type: int | None
+
+    kind = "ddl"
+
+    def identity(self) -> tuple[Any, ...]:
+        """What makes two broadcast copies of one DDL the same DDL."""
+        return (self.commit_ts, self.schema, self.table, self.query)
+
+
+Record = Union[ChangeRecord, DDLRecord]
+
+
+def _columns(cols: Any) -> tuple[ColumnTuple, ...] | None:
+    if cols is None:
+        return None
+    return tuple((c.name, int(c.type), int(c.flags), c.value) for c in cols)
+
+
+def record_from_event(event: RowChange | DDLEvent, topic: str, partition: int, offset: int, idx: int) -> Record:
+    """The record for a decoded row change or DDL at the given coordinates."""
+    if isinstance(event, RowChange):
+        return ChangeRecord(
+            event.commit_ts, topic, partition, offset, idx, event.schema, event.table, event.op,
+            _columns(event.columns), _columns(event.old),
+        )
+    return DDLRecord(
+        event.commit_ts, topic, partition, offset, idx, event.schema, event.table, event.query, event.ddl_type
+    )
+
+
+def dump_record(record: Record) -> bytes:
+    """Bytes for the held-rows state and the executor → driver transport."""
+    return pickle.dumps((record.kind, tuple(record)), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def load_record(data: bytes) -> Record:
+    """The record :func:`dump_record` wrote.
+
+    Raises:
+        ValueError: the bytes are not a dumped record.
+    """
+    try:
+        kind, fields = pickle.loads(data)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means corrupt state
+        raise ValueError(f"not a dumped record: {exc}") from exc
+    if kind == "row":
+        return ChangeRecord(*fields)
+    if kind == "ddl":
+        return DDLRecord(*fields)
+    raise ValueError(f"not a dumped record: kind {kind!r}")
+
+
+def image_dict(image: tuple[ColumnTuple, ...] | None) -> dict[str, Any] | None:
+    """A column image as ``{name: value}``."""
+    return None if image is None else {c[0]: c[3] for c in image}

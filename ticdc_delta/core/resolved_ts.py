@@ -1,0 +1,73 @@
+"""Watermarks: the latest resolved ts seen on each (topic, partition).
+
+TiCDC broadcasts resolved ts to every partition; a resolved ts R on a partition promises that every
+event with commit ts ≤ R has been sent there (seed 004: "小于等于这个时间点提交的数据已经全部下发").
+A row is therefore safe to apply once every partition of its topic has promised its commit ts: when
+commit ts ≤ the minimum watermark over the topic's partitions. Watermarks never go back: a smaller
+resolved ts (a replay after a TiCDC restart) is ignored and counted.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+__all__ = ["WatermarkTracker"]
+
+
+class WatermarkTracker:
+    """Per-partition watermarks and the per-topic minimum over a known set of partitions."""
+
+    def __init__(self, watermarks: Mapping[tuple[str, int], int] | None = None) -> None:
+        self._wm: dict[tuple[str, int], int] = dict(watermarks or {})
+        self._partitions: dict[str, set[int]] = {}
+        for topic, partition in self._wm:
+            self._partitions.setdefault(topic, set()).add(partition)
+        self.regressions = 0
+
+    def add_partitions(self, topic: str, partitions: Iterable[int]) -> None:
+        """Declare partitions of ``topic`` (a partition that never sent a resolved ts holds everything)."""
+        self._partitions.setdefault(topic, set()).update(partitions)
+
+    def observe(self, topic: str, partition: int, ts: int) -> bool:
+        """Record a resolved ts; returns False (and counts it) when it would move the watermark back."""
+        key = (topic, partition)
+        self._partitions.setdefault(topic, set()).add(partition)
+        current = self._wm.get(key)
+        if current is not None and ts < current:
+            self.regressions += 1
+            return False
+        self._wm[key] = ts
+        return True
+
+    def partition_watermark(self, topic: str, partition: int) -> int | None:
+        """The watermark of one partition, ``None`` before its first resolved ts."""
+        return self._wm.get((topic, partition))
+
+    def topic_watermark(self, topic: str) -> int | None:
+        """The minimum watermark over every known partition of ``topic``; ``None`` while any partition
+        has not sent a resolved ts yet."""
+        parts = self._partitions.get(topic)
+        if not parts:
+            return None
+        low: int | None = None
+        for p in parts:
+            wm = self._wm.get((topic, p))
+            if wm is None:
+                return None
+            if low is None or wm < low:
+                low = wm
+        return low
+
+    def global_low(self) -> int | None:
+        """The minimum over all topics (``None`` if any topic has no watermark yet)."""
+        lows = [self.topic_watermark(t) for t in self._partitions]
+        if not lows or any(v is None for v in lows):
+            return None
+        return min(v for v in lows if v is not None)
+
+    def snapshot(self) -> dict[tuple[str, int], int]:
+        """A copy of the watermarks, for the durable state."""
+        return dict(self._wm)
+
+    def topics(self) -> list[str]:
+        return sorted(self._partitions)
