@@ -1,0 +1,976 @@
+"""Job configuration: the YAML file a user writes, validated once at start-up.
+
+:func:`load_config` reads the file, substitutes ``${VAR}`` / ``${VAR:-default}`` from the environment,
+validates it against the models below and returns a :class:`JobConfig`. Every problem is reported at once
+in one :class:`~ticdc_delta.errors.ConfigError` whose lines name the YAML path of the bad value::
+
+    invalid configuration in conf/demo.yaml:
+      source.max_offsets_per_trigger: Input should be greater than 0
+      tables[1].source: expected "schema.table" (a `*` matches any run of characters)
+
+Unknown keys are rejected at every depth (every model is ``extra="forbid"``); the free-form mappings
+(``source.options``, ``source.kafka``, ``sink.storage_options``, ``spark.conf``) take any key but only
+scalar values. Error messages name keys (in the path) but never quote a value, so a secret cannot leak
+through them; secrets — any key naming a password, secret, token, key, credential, ``sasl.jaas`` or
+``basic.auth`` — are replaced with ``"***"`` by :meth:`JobConfig.redacted` and in the models' ``repr``.
+The full reference is ``docs/configuration.md``.
+
+No pyspark import here: the CLI validates a config before any JVM starts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import types
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Iterator, Literal, Mapping, Sequence, Union, get_args, get_origin
+from urllib.parse import urlsplit, urlunsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+from .errors import ConfigError
+
+__all__ = [
+    "JobConfig",
+    "SourceConfig",
+    "SchemaRegistryConfig",
+    "SinkConfig",
+    "MetadataColumns",
+    "TableMapping",
+    "DeadLetterConfig",
+    "SparkConfig",
+    "DDLPolicies",
+    "Protocol",
+    "DDLPolicy",
+    "REDACTED",
+    "DEFAULT_DEAD_LETTER_DIR",
+    "is_secret_key",
+    "load_config",
+    "config_from_mapping",
+    "substitute_env",
+]
+
+Protocol = Literal["open-protocol", "craft", "canal-json", "avro"]
+DDLPolicy = Literal["evolve", "ignore", "fail"]
+
+REDACTED = "***"
+DEFAULT_DEAD_LETTER_DIR = "_ticdc_dead_letter"
+
+# Substrings (lower case) that mark a setting's key as secret: sasl.password, ssl.key.password,
+# ssl.key.pem, sasl.jaas.config, basic.auth.user.info, bearer.auth.token, AWS_SECRET_ACCESS_KEY, ...
+_SECRET_MARKERS = ("password", "secret", "token", "sasl.jaas", "basic.auth", "key", "credential")
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_SETTING_KEY_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENT_PATH_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Spark's processingTime trigger takes an interval string, e.g. "10 seconds", "1 minute 30 seconds".
+_INTERVAL_UNITS = {
+    "microsecond": 1e-6,
+    "millisecond": 1e-3,
+    "second": 1.0,
+    "minute": 60.0,
+    "hour": 3600.0,
+    "day": 86400.0,
+    "week": 604800.0,
+}
+_INTERVAL_PART_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]+?)s?(?=\s|$)")
+_BOOL_STRINGS = {
+    **dict.fromkeys(("true", "yes", "on", "1"), True),
+    **dict.fromkeys(("false", "no", "off", "0"), False),
+}
+
+
+def is_secret_key(key: object) -> bool:
+    """Whether a setting's key names a secret (its value must never be shown)."""
+    lowered = str(key).lower()
+    return any(marker in lowered for marker in _SECRET_MARKERS)
+
+
+class _PathError(ValueError):
+    """A validation error located below the value being validated (``subpath`` is appended to the
+    YAML path pydantic reports), so cross-field checks can point at the exact key."""
+
+    def __init__(self, subpath: Sequence[str | int], message: str) -> None:
+        super().__init__(message)
+        self.subpath = tuple(subpath)
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def _setting_value(value: Any) -> Any:
+    """A scalar setting value as the string librdkafka / TiCDC / delta-rs expect: YAML ``true`` →
+    ``"true"``, ``1`` → ``"1"``. Never quotes the value in its error (it may be a secret)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, str):
+        return value
+    raise ValueError(f"expected a string, number or boolean, got {_kind(value)}")
+
+
+def _no_bool(value: Any) -> Any:
+    # pydantic's lax int accepts true/false as 1/0; a boolean where a count belongs is a mistake
+    if isinstance(value, bool):
+        raise ValueError("expected an integer, got a boolean")
+    return value
+
+
+def _non_empty(value: Any) -> Any:
+    if isinstance(value, str) and not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+SettingValue = Annotated[str, BeforeValidator(_setting_value)]
+NonEmptyStr = Annotated[str, BeforeValidator(_non_empty)]
+Settings = dict[str, SettingValue]
+
+
+def _check_setting_keys(settings: Mapping[str, str], reserved: Mapping[str, str] | None = None) -> None:
+    for key in settings:
+        if not _SETTING_KEY_RE.match(key):
+            raise _PathError((key,), "a setting name may only hold letters, digits, '.', '_' and '-'")
+        if reserved and key in reserved:
+            raise _PathError((key,), reserved[key])
+
+
+def _redact_url(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced by ``***@`` (each of a comma-separated list)."""
+    out = []
+    for part in url.split(","):
+        try:
+            split = urlsplit(part.strip())
+        except ValueError:
+            out.append(REDACTED)
+            continue
+        if "@" in split.netloc:
+            split = split._replace(netloc=f"{REDACTED}@{split.netloc.rpartition('@')[2]}")
+        out.append(urlunsplit(split))
+    return ",".join(out)
+
+
+def _redact_mapping(values: Mapping[Any, Any]) -> dict[Any, Any]:
+    return {k: (REDACTED if is_secret_key(k) and v is not None else v) for k, v in values.items()}
+
+
+class _Model(BaseModel):
+    """Base of every config model: unknown keys rejected, immutable, secrets kept out of ``repr``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Free-form settings whose secret keys are redacted in repr (the values themselves are plain str).
+    _SETTING_FIELDS: ClassVar[frozenset[str]] = frozenset()
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            if name in self._SETTING_FIELDS and isinstance(value, Mapping):
+                value = _redact_mapping(value)
+            yield name, value
+
+
+class SchemaRegistryConfig(_Model):
+    """Confluent Schema Registry client settings (``source.schema_registry``), under the names
+    confluent-kafka's ``SchemaRegistryClient`` takes. :meth:`client_conf` is that client's dict."""
+
+    url: NonEmptyStr
+    basic_auth_user_info: str | None = Field(default=None, alias="basic.auth.user.info")
+    ssl_ca_location: str | Literal[False] | None = Field(default=None, alias="ssl.ca.location")
+    ssl_certificate_location: str | None = Field(default=None, alias="ssl.certificate.location")
+    ssl_key_location: str | None = Field(default=None, alias="ssl.key.location")
+    ssl_key_password: str | None = Field(default=None, alias="ssl.key.password")
+    proxy: str | None = None
+    timeout: Annotated[float, BeforeValidator(_no_bool), Field(gt=0)] | None = None
+    cache_capacity: Annotated[int, BeforeValidator(_no_bool), Field(gt=0)] | None = Field(
+        default=None, alias="cache.capacity"
+    )
+    cache_latest_ttl_sec: Annotated[float, BeforeValidator(_no_bool), Field(gt=0)] | None = Field(
+        default=None, alias="cache.latest.ttl.sec"
+    )
+    max_retries: Annotated[int, BeforeValidator(_no_bool), Field(ge=0)] | None = Field(
+        default=None, alias="max.retries"
+    )
+    retries_wait_ms: Annotated[int, BeforeValidator(_no_bool), Field(ge=0)] | None = Field(
+        default=None, alias="retries.wait.ms"
+    )
+    retries_max_wait_ms: Annotated[int, BeforeValidator(_no_bool), Field(ge=0)] | None = Field(
+        default=None, alias="retries.max.wait.ms"
+    )
+    bearer_auth_credentials_source: (
+        Literal["STATIC_TOKEN", "OAUTHBEARER", "OAUTHBEARER_AZURE_IMDS"] | None
+    ) = Field(default=None, alias="bearer.auth.credentials.source")
+    bearer_auth_token: str | None = Field(default=None, alias="bearer.auth.token")
+    bearer_auth_logical_cluster: str | None = Field(default=None, alias="bearer.auth.logical.cluster")
+    bearer_auth_identity_pool_id: str | None = Field(default=None, alias="bearer.auth.identity.pool.id")
+    bearer_auth_client_id: str | None = Field(default=None, alias="bearer.auth.client.id")
+    bearer_auth_client_secret: str | None = Field(default=None, alias="bearer.auth.client.secret")
+    bearer_auth_scope: str | None = Field(default=None, alias="bearer.auth.scope")
+    bearer_auth_issuer_endpoint_url: str | None = Field(default=None, alias="bearer.auth.issuer.endpoint.url")
+    bearer_auth_issuer_endpoint_query: str | None = Field(
+        default=None, alias="bearer.auth.issuer.endpoint.query"
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, url: str) -> str:
+        # confluent-kafka takes a comma-separated list of http(s):// (or mock:// for tests) URLs
+        for part in url.split(","):
+            scheme = part.strip().partition("://")[0].lower()
+            if scheme not in ("http", "https", "mock"):
+                raise ValueError("expected http://, https:// (or mock://) URLs, comma-separated")
+        return url
+
+    @field_validator(
+        "basic_auth_user_info",
+        "ssl_certificate_location",
+        "ssl_key_location",
+        "ssl_key_password",
+        "proxy",
+        "bearer_auth_token",
+        "bearer_auth_client_secret",
+        mode="before",
+    )
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        # "${SR_AUTH:-}" in the YAML: an empty value means the setting is not used
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("ssl_ca_location", mode="plain")
+    @classmethod
+    def _check_ca(cls, value: Any) -> Any:
+        # confluent-kafka: a CA file or directory, or false to skip certificate verification
+        if value is None or value is False or (isinstance(value, str) and value.strip()):
+            return value
+        raise ValueError("expected a CA file or directory path, or false (do not verify certificates)")
+
+    @field_validator("basic_auth_user_info")
+    @classmethod
+    def _check_user_info(cls, value: str | None) -> str | None:
+        if value is not None and ":" not in value:
+            raise ValueError("expected USER:PASSWORD")  # never quote it: it is a secret
+        return value
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> "SchemaRegistryConfig":
+        if self.basic_auth_user_info is not None and "@" in urlsplit(self.url.split(",")[0].strip()).netloc:
+            raise _PathError(("basic.auth.user.info",), "give credentials either here or in the url, not both")
+        if (self.ssl_key_location or self.ssl_key_password) and not self.ssl_certificate_location:
+            raise _PathError(("ssl.certificate.location",), "required with ssl.key.location / ssl.key.password")
+        return self
+
+    def client_conf(self) -> dict[str, Any]:
+        """The dict to build a confluent-kafka ``SchemaRegistryClient`` with (unset keys left out)."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            field = type(self).model_fields.get(name or "")
+            alias = (field.alias if field else None) or name
+            if name == "url" and isinstance(value, str):
+                value = _redact_url(value)
+            elif value is not None and is_secret_key(alias):
+                value = REDACTED
+            yield name, value
+
+
+def _starting_offsets(value: Any) -> Any:
+    """``earliest`` | ``latest`` | ``{topic: {partition: offset}}`` (offset -2 = earliest, -1 = latest,
+    as in Spark's ``startingOffsets`` JSON)."""
+    if value in ("earliest", "latest"):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError("expected earliest, latest or a mapping {topic: {partition: offset}}")
+    if not value:
+        raise ValueError("the mapping {topic: {partition: offset}} must name at least one topic")
+    out: dict[str, dict[int, int]] = {}
+    for topic, partitions in value.items():
+        if not isinstance(topic, str) or not topic:
+            raise _PathError((str(topic),), "a topic name must be a non-empty string")
+        if not isinstance(partitions, Mapping) or not partitions:
+            raise _PathError((topic,), "expected a mapping {partition: offset} with at least one partition")
+        offsets: dict[int, int] = {}
+        for partition, offset in partitions.items():
+            try:
+                number = int(partition)
+            except (TypeError, ValueError):
+                number = -1
+            if isinstance(partition, bool) or number < 0:
+                raise _PathError((topic, str(partition)), "a partition must be an integer >= 0")
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < -2:
+                raise _PathError(
+                    (topic, number), "an offset must be an integer >= 0 (or -2 for earliest, -1 for latest)"
+                )
+            offsets[number] = offset
+        out[topic] = offsets
+    return out
+
+
+def _consumer_group(value: Any) -> Any:
+    if value is None or value is True:
+        return None  # the default group
+    if value is False:
+        return False
+    if isinstance(value, str) and value.strip():
+        return value
+    raise ValueError("expected a group name, null (the default ticdc-delta-<changefeed>) or false (no commits)")
+
+
+class SourceConfig(_Model):
+    """The Kafka topic(s) a TiCDC changefeed writes to, and how to read and decode them."""
+
+    bootstrap_servers: NonEmptyStr
+    topic: NonEmptyStr | None = None
+    topics: list[NonEmptyStr] | None = None
+    protocol: Protocol
+    options: Settings = {}
+    reader: Literal["python", "spark"] = "python"
+    starting_offsets: Literal["earliest", "latest"] | dict[str, dict[int, int]] = "earliest"
+    max_offsets_per_trigger: Annotated[int, BeforeValidator(_no_bool), Field(gt=0)] | None = None
+    kafka: Settings = {}
+    consumer_group: str | Literal[False] | None = None
+    schema_registry: SchemaRegistryConfig | None = None
+    avro_schemas: dict[Annotated[int, BeforeValidator(_no_bool), Field(ge=0, le=0xFFFFFFFF)], NonEmptyStr] = {}
+
+    _SETTING_FIELDS = frozenset({"options", "kafka"})
+
+    @field_validator("bootstrap_servers", mode="before")
+    @classmethod
+    def _join_servers(cls, value: Any) -> Any:
+        # a YAML list of host:port is accepted and joined the way librdkafka wants it
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return ",".join(v.strip() for v in value)
+        return value
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _check_servers(cls, value: str) -> str:
+        for server in value.split(","):
+            host, sep, port = server.strip().rpartition(":")
+            if not server.strip() or not sep or not host or not port.isdigit():
+                raise ValueError("expected a comma-separated list of host:port")
+        return value
+
+    @field_validator("starting_offsets", mode="plain")
+    @classmethod
+    def _check_offsets(cls, value: Any) -> Any:
+        return _starting_offsets(value)
+
+    @field_serializer("starting_offsets")
+    def _dump_offsets(self, value: Any) -> Any:
+        # the validator is "plain", so serialize by value rather than through the union annotation
+        return value if isinstance(value, str) else {t: dict(p) for t, p in value.items()}
+
+    @field_validator("consumer_group", mode="plain")
+    @classmethod
+    def _check_group(cls, value: Any) -> Any:
+        return _consumer_group(value)
+
+    @field_validator("options")
+    @classmethod
+    def _check_options(cls, value: dict[str, str]) -> dict[str, str]:
+        _check_setting_keys(value)
+        return value
+
+    @field_validator("kafka")
+    @classmethod
+    def _check_kafka(cls, value: dict[str, str]) -> dict[str, str]:
+        _check_setting_keys(
+            value,
+            {
+                "bootstrap.servers": "set it as source.bootstrap_servers",
+                "group.id": "set it as source.consumer_group",
+            },
+        )
+        return value
+
+    @model_validator(mode="after")
+    def _check_source(self) -> "SourceConfig":
+        if (self.topic is None) == (self.topics is None):
+            where = ("topics",) if self.topic is not None else ()
+            raise _PathError(where, "set exactly one of topic (one name) or topics (a list)")
+        if self.topics is not None:
+            if not self.topics:
+                raise _PathError(("topics",), "must name at least one topic")
+            seen: set[str] = set()
+            for i, name in enumerate(self.topics):
+                if name in seen:
+                    raise _PathError(("topics", i), "this topic is listed twice")
+                seen.add(name)
+        if isinstance(self.starting_offsets, dict):
+            topics = self.topic_list
+            for name in self.starting_offsets:
+                if name not in topics:
+                    raise _PathError(("starting_offsets", name), "not one of the source topics")
+        if self.protocol == "avro":
+            if self.schema_registry is None and not self.avro_schemas:
+                raise ValueError("protocol avro needs schema_registry (a registry URL) or avro_schemas (local files)")
+        else:
+            if self.schema_registry is not None:
+                raise _PathError(("schema_registry",), f"only used with protocol avro, not {self.protocol}")
+            if self.avro_schemas:
+                raise _PathError(("avro_schemas",), f"only used with protocol avro, not {self.protocol}")
+        return self
+
+    @property
+    def topic_list(self) -> list[str]:
+        """The topic names to read, whether given as ``topic`` or ``topics``."""
+        return [self.topic] if self.topic is not None else list(self.topics or ())
+
+
+def _metadata_columns(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() in _BOOL_STRINGS:
+        value = _BOOL_STRINGS[value.strip().lower()]  # e.g. "${WITH_META:-false}"
+    if value is True:
+        return {}
+    if value is False or value is None:
+        return None
+    return value
+
+
+class MetadataColumns(_Model):
+    """Names of the metadata columns added to every Delta table (``sink.metadata_columns``)."""
+
+    commit_ts: NonEmptyStr = "_tidb_commit_ts"
+    op: NonEmptyStr = "_tidb_op"
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "MetadataColumns":
+        if self.commit_ts.lower() == self.op.lower():
+            raise _PathError(("op",), "must differ from commit_ts")
+        return self
+
+
+def _timezone(value: Any) -> Any:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("expected an IANA time zone name such as UTC or Asia/Shanghai")
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise ValueError("unknown time zone; expected an IANA name such as UTC or Asia/Shanghai") from None
+    return value
+
+
+class SinkConfig(_Model):
+    """Where and how the Delta tables are written."""
+
+    path: NonEmptyStr
+    storage_options: Settings = {}
+    metadata_columns: Annotated[MetadataColumns | None, BeforeValidator(_metadata_columns)] = None
+    source_timezone: Annotated[str, BeforeValidator(_timezone)] = "UTC"
+
+    _SETTING_FIELDS = frozenset({"storage_options"})
+
+    @field_validator("storage_options")
+    @classmethod
+    def _check_storage_options(cls, value: dict[str, str]) -> dict[str, str]:
+        _check_setting_keys(value)
+        return value
+
+
+def _pattern_regex(part: str) -> re.Pattern[str]:
+    # TiDB compares schema and table names case-insensitively; `*` matches any run of characters
+    return re.compile(".*".join(re.escape(p) for p in part.split("*")), re.IGNORECASE | re.DOTALL)
+
+
+class TableMapping(_Model):
+    """One ``tables:`` entry: which source table(s) it covers and where/how they land."""
+
+    source: str
+    path: NonEmptyStr | None = None
+    key: list[NonEmptyStr] | None = None
+    partition_by: list[NonEmptyStr] = []
+    enabled: bool = True
+
+    _schema_re: re.Pattern[str] = PrivateAttr()
+    _table_re: re.Pattern[str] = PrivateAttr()
+
+    @field_validator("source")
+    @classmethod
+    def _check_source(cls, value: str) -> str:
+        schema, sep, table = value.partition(".")
+        if not sep or not schema.strip() or not table.strip() or "." in table:
+            raise ValueError(
+                'expected "schema.table" (a `*` matches any run of characters, e.g. "test.*")'
+            )
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _check_key(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("must name at least one column (leave it out to use the table's key)")
+            _check_unique(value)
+        return value
+
+    @field_validator("partition_by")
+    @classmethod
+    def _check_partition_by(cls, value: list[str]) -> list[str]:
+        _check_unique(value)
+        return value
+
+    def model_post_init(self, context: Any, /) -> None:
+        schema, _, table = self.source.partition(".")
+        self._schema_re = _pattern_regex(schema)
+        self._table_re = _pattern_regex(table)
+
+    @property
+    def is_wildcard(self) -> bool:
+        """Whether ``source`` holds a ``*``."""
+        return "*" in self.source
+
+    def matches(self, schema: str, table: str) -> bool:
+        """Whether this entry covers ``schema.table`` (case-insensitive, ``*`` wildcards)."""
+        return bool(self._schema_re.fullmatch(schema) and self._table_re.fullmatch(table))
+
+
+def _check_unique(names: Sequence[str]) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name.lower() in seen:
+            raise _PathError((i,), "this column is listed twice")
+        seen.add(name.lower())
+
+
+class DeadLetterConfig(_Model):
+    """Where undecodable messages go, or whether they stop the job."""
+
+    path: NonEmptyStr | None = None
+    fail_on_error: bool = False
+
+
+class SparkConfig(_Model):
+    """Spark session settings; anything spark-submit sets wins over these."""
+
+    master: NonEmptyStr | None = None
+    app_name: NonEmptyStr | None = None
+    conf: Settings = {}
+
+    _SETTING_FIELDS = frozenset({"conf"})
+
+    @field_validator("conf")
+    @classmethod
+    def _check_conf(cls, value: dict[str, str]) -> dict[str, str]:
+        _check_setting_keys(value)
+        return value
+
+
+class DDLPolicies(_Model):
+    """What to do with each kind of DDL: ``evolve`` (apply it to the Delta table), ``ignore`` (keep the
+    table as is and go on) or ``fail`` (stop the job with a terminal error naming the DDL)."""
+
+    create_table: DDLPolicy = "evolve"
+    drop_table: DDLPolicy = "ignore"
+    truncate_table: DDLPolicy = "evolve"
+    rename_table: DDLPolicy = "evolve"
+    add_column: DDLPolicy = "evolve"
+    drop_column: DDLPolicy = "evolve"
+    rename_column: DDLPolicy = "evolve"
+    modify_column: DDLPolicy = "evolve"
+    set_default: DDLPolicy = "evolve"
+    key_change: DDLPolicy = "evolve"
+    create_database: DDLPolicy = "evolve"
+    drop_database: DDLPolicy = "ignore"
+    no_op: DDLPolicy = "ignore"
+    unknown: Literal["fail", "ignore"] = "fail"
+
+
+def _trigger_interval(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError('expected an interval such as "10 seconds"')
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError("must not be negative")
+        return f"{int(value) if float(value).is_integer() else value} seconds"
+    if isinstance(value, str):
+        _interval_seconds(value)  # raises ValueError when malformed
+        return value.strip()
+    raise ValueError(f'expected an interval such as "10 seconds", got {_kind(value)}')
+
+
+def _interval_seconds(text: str) -> float:
+    body = text.strip().lower()
+    if body.startswith("interval "):
+        body = body[len("interval ") :].strip()
+    total = 0.0
+    pos = 0
+    for match in _INTERVAL_PART_RE.finditer(body):
+        if body[pos : match.start()].strip() or match.group(2) not in _INTERVAL_UNITS:
+            break
+        total += float(match.group(1)) * _INTERVAL_UNITS[match.group(2)]
+        pos = match.end()
+    else:
+        if pos and not body[pos:].strip():
+            return total
+    units = ", ".join(_INTERVAL_UNITS)
+    raise ValueError(
+        f'expected an interval such as "10 seconds" or "1 minute 30 seconds" (units: {units})'
+    )
+
+
+def _log_level(value: Any) -> Any:
+    if isinstance(value, str):
+        upper = value.strip().upper()
+        return "WARNING" if upper == "WARN" else upper
+    return value
+
+
+class JobConfig(_Model):
+    """The whole job configuration (one changefeed → Delta tables). Build it with :func:`load_config`."""
+
+    changefeed: str
+    source: SourceConfig
+    sink: SinkConfig
+    tables: list[TableMapping] = []
+    dead_letter: DeadLetterConfig = DeadLetterConfig()
+    checkpoint: NonEmptyStr
+    trigger_interval: Annotated[str, BeforeValidator(_trigger_interval)] = "10 seconds"
+    log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_log_level)] = (
+        "INFO"
+    )
+    spark: SparkConfig = SparkConfig()
+    ddl: DDLPolicies = DDLPolicies()
+
+    @field_validator("changefeed")
+    @classmethod
+    def _check_changefeed(cls, value: str) -> str:
+        if not _NAME_RE.match(value):
+            raise ValueError("must be non-empty and hold only letters, digits, '_', '.' and '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _check_tables(self) -> "JobConfig":
+        seen: dict[str, int] = {}
+        for i, mapping in enumerate(self.tables):
+            lowered = mapping.source.lower()
+            if lowered in seen:
+                raise _PathError(("tables", i, "source"), f"already mapped by tables[{seen[lowered]}]")
+            seen[lowered] = i
+        return self
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    @property
+    def topics(self) -> list[str]:
+        """The Kafka topics to read (``source.topic`` or ``source.topics``)."""
+        return self.source.topic_list
+
+    @property
+    def dead_letter_path(self) -> str:
+        """``dead_letter.path``, by default ``{sink.path}/_ticdc_dead_letter``."""
+        return self.dead_letter.path or _join(self.sink.path, DEFAULT_DEAD_LETTER_DIR)
+
+    @property
+    def consumer_group_id(self) -> str | None:
+        """The Kafka consumer group offsets are committed to, ``None`` when commits are disabled."""
+        group = self.source.consumer_group
+        if group is False:
+            return None
+        return group or f"ticdc-delta-{self.changefeed}"
+
+    @property
+    def trigger_interval_seconds(self) -> float:
+        """``trigger_interval`` in seconds."""
+        return _interval_seconds(self.trigger_interval)
+
+    def table_mapping_for(self, schema: str, table: str) -> TableMapping | None:
+        """The ``tables:`` entry for ``schema.table``: the first exact entry, else the first wildcard
+        entry that matches (in file order), else ``None``. Names compare case-insensitively, as in TiDB."""
+        for mapping in self.tables:
+            if not mapping.is_wildcard and mapping.matches(schema, table):
+                return mapping
+        for mapping in self.tables:
+            if mapping.is_wildcard and mapping.matches(schema, table):
+                return mapping
+        return None
+
+    def table_path(self, schema: str, table: str) -> str:
+        """The Delta table path of ``schema.table``: the mapping's ``path``, else ``{sink.path}/{schema}/{table}``."""
+        mapping = self.table_mapping_for(schema, table)
+        if mapping is not None and mapping.path:
+            return mapping.path
+        return _join(self.sink.path, schema, table)
+
+    def librdkafka_conf(self) -> dict[str, str]:
+        """librdkafka settings for a consumer: ``bootstrap.servers`` plus ``source.kafka``."""
+        return {"bootstrap.servers": self.source.bootstrap_servers, **self.source.kafka}
+
+    def redacted(self) -> dict[str, Any]:
+        """The configuration as a plain dict (YAML key names) with every secret replaced by ``"***"``:
+        secret keys of ``source.kafka``, ``source.options``, ``source.schema_registry``,
+        ``sink.storage_options`` and ``spark.conf``, and credentials inside the registry URL. Safe to log."""
+        data = self.model_dump(mode="json", by_alias=True)
+        source = data["source"]
+        source["kafka"] = _redact_mapping(source["kafka"])
+        source["options"] = _redact_mapping(source["options"])
+        registry = source.get("schema_registry")
+        if registry is not None:
+            registry = _redact_mapping(registry)
+            registry["url"] = _redact_url(registry["url"])
+            source["schema_registry"] = registry
+        data["sink"]["storage_options"] = _redact_mapping(data["sink"]["storage_options"])
+        data["spark"]["conf"] = _redact_mapping(data["spark"]["conf"])
+        return data
+
+    def __repr__(self) -> str:
+        return f"JobConfig({self.redacted()!r})"
+
+    def __str__(self) -> str:
+        return repr(self)
+
+
+def _join(base: str, *parts: str) -> str:
+    # works for local paths and object-store URIs alike: s3://bucket/lake/ + (a, b) -> s3://bucket/lake/a/b
+    return "/".join([base.rstrip("/"), *parts])
+
+
+# -- errors ------------------------------------------------------------------------------------------
+
+
+def _format_path(loc: Sequence[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _IDENT_PATH_RE.match(str(part)):
+            out += f".{part}" if out else str(part)
+        else:
+            out += f'["{part}"]'
+    return out or "(top level)"
+
+
+def _unwrap(annotation: Any) -> list[Any]:
+    """The concrete types an annotation may hold (Annotated/Optional/Union peeled off)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _unwrap(get_args(annotation)[0])
+    if origin is Union or origin is types.UnionType:
+        return [t for arg in get_args(annotation) for t in _unwrap(arg)]
+    return [annotation]
+
+
+def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
+    """The model class found by following ``loc`` from :class:`JobConfig` (for "allowed keys" hints)."""
+    current: list[Any] = [JobConfig]
+    for part in loc:
+        following: list[Any] = []
+        for typ in current:
+            if isinstance(typ, type) and issubclass(typ, BaseModel):
+                for name, field in typ.model_fields.items():
+                    if part in (name, field.alias):
+                        following.extend(_unwrap(field.annotation))
+            elif get_origin(typ) is list and isinstance(part, int):
+                following.extend(_unwrap(get_args(typ)[0]))
+            elif get_origin(typ) is dict:
+                following.extend(_unwrap(get_args(typ)[1]))
+        current = following
+    for typ in current:
+        if isinstance(typ, type) and issubclass(typ, BaseModel):
+            return typ
+    return None
+
+
+def _allowed_keys(model: type[BaseModel]) -> str:
+    return ", ".join(field.alias or name for name, field in model.model_fields.items())
+
+
+_MESSAGES = {
+    "missing": "required key is missing",
+    "dict_type": "expected a mapping (key: value)",
+    "model_type": "expected a mapping (key: value)",
+    "model_attributes_type": "expected a mapping (key: value)",
+    "list_type": "expected a list",
+    "string_type": "expected a string",
+}
+
+
+def _problems(exc: ValidationError) -> list[str]:
+    """One ``path: message`` line per pydantic error; never quotes the input (it may be a secret)."""
+    lines: list[str] = []
+    for err in exc.errors(include_input=False, include_url=False):
+        loc = list(err["loc"])
+        kind = err["type"]
+        message = err["msg"]
+        is_key = bool(loc) and loc[-1] == "[key]"
+        if is_key:
+            loc.pop()
+        error = (err.get("ctx") or {}).get("error")
+        if isinstance(error, _PathError):
+            loc.extend(error.subpath)
+        if kind in ("value_error", "assertion_error") and error is not None:
+            message = str(error)
+        elif kind == "extra_forbidden":
+            model = _model_at(loc[:-1])
+            message = "unknown key" + (f" (expected one of: {_allowed_keys(model)})" if model else "")
+        elif kind in _MESSAGES:
+            message = _MESSAGES[kind]
+        if is_key:
+            message = f"invalid key: {message}"
+        line = f"{_format_path(loc)}: {message}"
+        if line not in lines:
+            lines.append(line)
+    return lines
+
+
+def _error(where: str, lines: Sequence[str]) -> ConfigError:
+    return ConfigError(f"invalid configuration in {where}:\n" + "\n".join(f"  {line}" for line in lines))
+
+
+# -- environment substitution ------------------------------------------------------------------------
+
+_REF_RE = re.compile(r"\$\$\{|\$\{([^}]*)\}|\$\{")
+
+
+def _substitute_text(text: str, env: Mapping[str, str], path: Sequence[Any], problems: list[str]) -> str:
+    def replace(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token == "$${":
+            return "${"  # escaped: a literal ${
+        if match.group(1) is None:
+            problems.append(f"{_format_path(path)}: unclosed ${{ (write $${{ for a literal ${{)")
+            return ""
+        name, sep, default = match.group(1).partition(":-")
+        if not _ENV_NAME_RE.match(name):
+            problems.append(
+                f"{_format_path(path)}: bad reference ${{{name}...}}; expected ${{NAME}} or ${{NAME:-default}}"
+            )
+            return ""
+        if "${" in default:
+            problems.append(f"{_format_path(path)}: nested references are not supported in ${{{name}:-...}}")
+            return ""
+        value = env.get(name)
+        if value is None or (sep and value == ""):
+            if sep:
+                return default
+            problems.append(
+                f"{_format_path(path)}: environment variable {name} is not set"
+                f" (write ${{{name}:-default}} to give a default)"
+            )
+            return ""
+        return value
+
+    return _REF_RE.sub(replace, text) if "${" in text else text
+
+
+def _substitute(value: Any, env: Mapping[str, str], path: list[Any], problems: list[str]) -> Any:
+    if isinstance(value, str):
+        return _substitute_text(value, env, path, problems)
+    if isinstance(value, dict):
+        return {k: _substitute(v, env, [*path, k], problems) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, env, [*path, i], problems) for i, v in enumerate(value)]
+    return value
+
+
+def substitute_env(data: Any, env: Mapping[str, str] | None = None, *, where: str = "configuration") -> Any:
+    """``data`` (parsed YAML) with ``${VAR}`` / ``${VAR:-default}`` in every string value replaced from
+    ``env`` (default ``os.environ``). ``:-`` uses the default when the variable is unset or empty;
+    ``$${`` is a literal ``${``. Keys are not substituted; substituted text is not parsed again.
+
+    Raises:
+        ConfigError: a variable without default is unset, or a reference is malformed; names the YAML
+            path and the variable of each (never a value).
+    """
+    problems: list[str] = []
+    out = _substitute(data, os.environ if env is None else env, [], problems)
+    if problems:
+        raise _error(where, problems)
+    return out
+
+
+# -- loading -----------------------------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing duplicate keys (PyYAML silently keeps the last one)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # unhashable key: the base class reports it
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, f"duplicate key {key!r}", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
+    return str(getattr(exc, "problem", None) or type(exc).__name__)
+
+
+def config_from_mapping(
+    data: Any, env: Mapping[str, str] | None = None, *, where: str = "configuration"
+) -> JobConfig:
+    """Validate already-parsed YAML (a mapping) after ``${VAR}`` substitution.
+
+    Raises:
+        ConfigError: unset variable, unknown key, missing key or bad value; one line per problem, each
+            naming its YAML path.
+    """
+    if not isinstance(data, Mapping):
+        raise _error(where, [f"(top level): expected a mapping (key: value lines), got {_kind(data)}"])
+    substituted = substitute_env(dict(data), env, where=where)
+    try:
+        return JobConfig.model_validate(substituted)
+    except ValidationError as exc:
+        # `from None`: the pydantic error's text quotes input values, which may be secrets
+        raise _error(where, _problems(exc)) from None
+
+
+def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> JobConfig:
+    """Read, substitute and validate the YAML job configuration at ``path``.
+
+    ``env`` replaces ``os.environ`` for ``${VAR}`` substitution (tests pass their own).
+
+    Raises:
+        ConfigError: the file cannot be read, is not valid YAML (line and column given), or holds an
+            invalid configuration (every bad value named by its YAML path, e.g.
+            ``source.max_offsets_per_trigger: Input should be greater than 0``).
+    """
+    where = os.fspath(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read configuration file {where}: {exc}") from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid configuration in {where}: not valid YAML: {_yaml_problem(exc)}") from None
+    if data is None:
+        raise _error(where, ["(top level): the file is empty; see docs/configuration.md"])
+    return config_from_mapping(data, env, where=where)
