@@ -1,0 +1,479 @@
+"""DeltaRsSink against real Delta tables under tmp_path (read back with the safe reader)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from tests.codec.cases import ALL_TYPES, DELETE, INSERT, UPDATE
+from tests.delta import ALL_TYPES_PARAMS
+from ticdc_delta.codec.model import RowChange
+from ticdc_delta.delta.arrow_types import arrow_field_for, canonical_from_delta, convert_value
+from ticdc_delta.delta.sink import (
+    OP_COLUMN,
+    SCHEMA_TXN_SUFFIX,
+    STEPS_PER_BATCH,
+    DeltaRsSink,
+    TableIdent,
+    TableSink,
+    Txn,
+    batch_txn,
+    path_component,
+    quote_identifier,
+    read_table,
+)
+from ticdc_delta.errors import ConcurrentCommitError, SinkError
+
+pytestmark = pytest.mark.integration
+
+APP = "ticdc-delta-test"
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("v", pa.float64())])
+T1 = TableIdent("shop", "items")
+
+
+def txn(version: int) -> Txn:
+    return Txn(APP, version)
+
+
+def changes(rows: list[dict[str, Any]], schema: pa.Schema = SCHEMA) -> pa.Table:
+    """A change table: ``schema``'s columns (only those the rows use) plus ``_op``."""
+    names = [f.name for f in schema if any(f.name in r for r in rows)] or schema.names
+    fields = [schema.field(n) for n in names] + [pa.field(OP_COLUMN, pa.string())]
+    return pa.Table.from_pylist(rows, schema=pa.schema(fields))
+
+
+def rows_of(sink: DeltaRsSink, ident: TableIdent, *order: str) -> list[dict[str, Any]]:
+    table = sink.read(ident)
+    key = list(order or table.column_names)
+    return sorted(table.to_pylist(), key=lambda r: tuple((r[k] is None, r[k] or 0) for k in key))
+
+
+@pytest.fixture
+def sink(tmp_path: Path) -> DeltaRsSink:
+    return DeltaRsSink(str(tmp_path / "lake"))
+
+
+@pytest.fixture
+def items(sink: DeltaRsSink) -> DeltaRsSink:
+    """A sink whose table shop.items holds ids 1..3."""
+    sink.ensure_table(T1, SCHEMA, None, txn(0))
+    sink.merge(
+        T1,
+        changes([{"id": i, "name": f"n{i}", "v": float(i), "_op": "u"} for i in (1, 2, 3)]),
+        ["id"],
+        txn(0),
+    )
+    return sink
+
+
+def version(sink: DeltaRsSink, ident: TableIdent) -> int:
+    return DeltaTable(sink.table_path(*ident)).version()
+
+
+# --- paths and identifiers ---------------------------------------------------------------------------
+
+
+def test_delta_rs_sink_is_a_table_sink(sink: DeltaRsSink) -> None:
+    assert isinstance(sink, TableSink)
+
+
+def test_default_and_explicit_table_paths(tmp_path: Path) -> None:
+    sink = DeltaRsSink(str(tmp_path) + "/", paths={("a", "special"): "/elsewhere/x"})
+    assert sink.table_path("shop", "items") == f"{tmp_path}/shop/items"
+    assert sink.table_path("my db", "t`1 表") == f"{tmp_path}/my db/t`1 表"
+    assert sink.table_path("a", "special") == "/elsewhere/x"
+    assert sink.table_path("a/b", "..") == f"{tmp_path}/a@002fb/@002e@002e"
+
+
+def test_path_component_refuses_empty_names() -> None:
+    assert path_component("100%") == "100%"
+    with pytest.raises(SinkError, match="empty"):
+        path_component("")
+
+
+def test_quote_identifier_doubles_backticks() -> None:
+    assert quote_identifier("x`y") == "`x``y`"
+
+
+def test_awkward_identifiers_in_paths_and_predicates(sink: DeltaRsSink) -> None:
+    ident = TableIdent("my db 库", "t`1 表")
+    schema = pa.schema([("k`ey", pa.int64()), ("名 字", pa.string()), ("a b", pa.int64())])
+    assert sink.ensure_table(ident, schema, None, txn(1))
+    rows = [{"k`ey": 1, "名 字": "一", "a b": 1, "_op": "u"}, {"k`ey": 2, "名 字": "二", "a b": 2, "_op": "u"}]
+    sink.merge(ident, changes(rows, schema), ["k`ey", "名 字"], txn(1))
+    stats = sink.merge(
+        ident,
+        changes(
+            [{"k`ey": 1, "名 字": "一", "a b": 10, "_op": "u"}, {"k`ey": 2, "名 字": "二", "_op": "d"}], schema
+        ),
+        ["k`ey", "名 字"],
+        txn(2),
+    )
+    assert (stats.inserted, stats.updated, stats.deleted) == (0, 1, 1)
+    assert rows_of(sink, ident, "k`ey") == [{"k`ey": 1, "名 字": "一", "a b": 10}]
+    assert os.path.isdir(os.path.join(sink.root, "my db 库", "t`1 表", "_delta_log"))
+
+
+# --- ensure_table / add_columns ----------------------------------------------------------------------
+
+
+def test_ensure_table_creates_once(sink: DeltaRsSink) -> None:
+    assert sink.table_schema(T1) is None
+    assert sink.ensure_table(T1, SCHEMA, None, txn(1)) is True
+    assert sink.ensure_table(T1, SCHEMA, None, txn(1)) is False
+    assert sink.table_schema(T1) == SCHEMA
+    assert sink.read(T1).num_rows == 0
+    dt = DeltaTable(sink.table_path(*T1))
+    assert dt.version() == 0
+    assert dt.transaction_version(APP + SCHEMA_TXN_SUFFIX) == 1
+    assert dt.transaction_version(APP) is None  # schema commits leave the data txn alone
+
+
+def test_ensure_table_with_partitions(sink: DeltaRsSink) -> None:
+    sink.ensure_table(T1, SCHEMA, ["name"], txn(1))
+    assert DeltaTable(sink.table_path(*T1)).metadata().partition_columns == ["name"]
+    with pytest.raises(ValueError, match="partition column 'nope'"):
+        sink.ensure_table(TableIdent("shop", "other"), SCHEMA, ["nope"], txn(1))
+
+
+def test_schema_commit_then_data_commit_in_one_batch(sink: DeltaRsSink) -> None:
+    sink.ensure_table(T1, SCHEMA, None, txn(5))
+    stats = sink.merge(T1, changes([{"id": 1, "name": "a", "v": 1.0, "_op": "u"}]), ["id"], txn(5))
+    assert not stats.skipped and stats.inserted == 1
+
+
+def test_add_columns_is_idempotent(items: DeltaRsSink) -> None:
+    new = [pa.field("ts", pa.timestamp("us")), pa.field("price", pa.decimal128(20, 0), nullable=False)]
+    assert items.add_columns(T1, new, txn(1)) == ["ts", "price"]
+    assert items.add_columns(T1, new, txn(1)) == []
+    schema = items.table_schema(T1)
+    assert schema is not None
+    assert schema.field("ts").type == pa.timestamp("us") and schema.field("price").nullable
+    assert [r["ts"] for r in rows_of(items, T1, "id")] == [None, None, None]
+    schema_ext = pa.schema([*SCHEMA, pa.field("price", pa.decimal128(20, 0))])
+    items.merge(T1, changes([{"id": 4, "price": 7, "_op": "u"}], schema_ext), ["id"], txn(1))
+    assert rows_of(items, T1, "id")[-1] == {"id": 4, "name": None, "v": None, "ts": None, "price": 7}
+
+
+def test_add_columns_refuses_a_type_change(items: DeltaRsSink) -> None:
+    with pytest.raises(SinkError, match=r"cannot add column 'v' int64: the table has 'v' double"):
+        items.add_columns(T1, [pa.field("v", pa.int64())], txn(1))
+    with pytest.raises(SinkError, match="the table has 'name'"):
+        items.add_columns(T1, [pa.field("NAME", pa.string())], txn(1))
+
+
+def test_add_columns_to_a_missing_table(sink: DeltaRsSink) -> None:
+    with pytest.raises(SinkError, match=r"no Delta table at .*shop/items"):
+        sink.add_columns(T1, [pa.field("x", pa.int64())], txn(1))
+
+
+# --- merge -------------------------------------------------------------------------------------------
+
+
+def test_merge_upserts_and_deletes(items: DeltaRsSink) -> None:
+    stats = items.merge(
+        T1,
+        changes(
+            [
+                {"id": 1, "name": "one", "v": 1.5, "_op": "u"},  # matched + upsert → update
+                {"id": 2, "_op": "d"},  # matched + delete → delete
+                {"id": 4, "name": "four", "v": 4.0, "_op": "u"},  # not matched + upsert → insert
+                {"id": 5, "_op": "d"},  # not matched + delete → nothing
+            ]
+        ),
+        ["id"],
+        txn(1),
+    )
+    assert (stats.inserted, stats.updated, stats.deleted, stats.skipped) == (1, 1, 1, False)
+    assert stats.version == version(items, T1)
+    assert rows_of(items, T1, "id") == [
+        {"id": 1, "name": "one", "v": 1.5},
+        {"id": 3, "name": "n3", "v": 3.0},
+        {"id": 4, "name": "four", "v": 4.0},
+    ]
+
+
+def test_second_merge_with_the_same_txn_does_nothing(items: DeltaRsSink) -> None:
+    batch = changes([{"id": 1, "name": "x", "v": 9.0, "_op": "u"}, {"id": 7, "name": "y", "v": 7.0, "_op": "u"}])
+    first = items.merge(T1, batch, ["id"], txn(1))
+    before, v = rows_of(items, T1, "id"), version(items, T1)
+    again = items.merge(T1, batch, ["id"], txn(1))
+    assert again.skipped and (again.inserted, again.updated) == (0, 0)
+    assert version(items, T1) == v == first.version
+    assert rows_of(items, T1, "id") == before
+    # an older batch is also already done; a newer one applies
+    assert items.merge(T1, changes([{"id": 1, "_op": "d"}]), ["id"], txn(0)).skipped
+    assert items.merge(T1, changes([{"id": 1, "_op": "d"}]), ["id"], txn(2)).deleted == 1
+    assert DeltaTable(items.table_path(*T1)).transaction_version(APP) == 2
+
+
+def test_composite_key_with_a_null_part(sink: DeltaRsSink) -> None:
+    schema = pa.schema([("a", pa.int64()), ("b", pa.string()), ("v", pa.int64())])
+    sink.ensure_table(T1, schema, None, txn(0))
+    sink.merge(
+        T1,
+        changes(
+            [
+                {"a": 1, "b": None, "v": 1, "_op": "u"},
+                {"a": 1, "b": "x", "v": 2, "_op": "u"},
+                {"a": None, "b": None, "v": 3, "_op": "u"},
+            ],
+            schema,
+        ),
+        ["a", "b"],
+        txn(0),
+    )
+    stats = sink.merge(
+        T1,
+        changes(
+            [
+                {"a": 1, "b": None, "v": 10, "_op": "u"},  # matches (1, NULL) only, not (1, 'x')
+                {"a": None, "b": None, "_op": "d"},  # matches (NULL, NULL)
+                {"a": None, "b": "x", "v": 5, "_op": "u"},  # matches nothing: a new row
+            ],
+            schema,
+        ),
+        ["a", "b"],
+        txn(1),
+    )
+    assert (stats.inserted, stats.updated, stats.deleted) == (1, 1, 1)
+    assert rows_of(sink, T1, "v") == [
+        {"a": 1, "b": "x", "v": 2},
+        {"a": None, "b": "x", "v": 5},
+        {"a": 1, "b": None, "v": 10},
+    ]
+    # changes without NULL key parts (compared with plain `=`) still never match a NULL target part
+    stats = sink.merge(T1, changes([{"a": 1, "b": "x", "v": 20, "_op": "u"}], schema), ["a", "b"], txn(2))
+    assert (stats.inserted, stats.updated, stats.deleted) == (0, 1, 0)
+    assert rows_of(sink, T1, "v") == [
+        {"a": None, "b": "x", "v": 5},
+        {"a": 1, "b": None, "v": 10},
+        {"a": 1, "b": "x", "v": 20},
+    ]
+
+
+def test_merge_casts_source_columns_to_the_table_types(items: DeltaRsSink) -> None:
+    batch = pa.table(
+        {"id": pa.array([9], pa.int32()), "v": pa.array([2], pa.int8()), OP_COLUMN: ["u"]}
+    )
+    items.merge(T1, batch, ["id"], txn(1))
+    assert rows_of(items, T1, "id")[-1] == {"id": 9, "name": None, "v": 2.0}
+
+
+def test_all_types_insert_update_delete(sink: DeltaRsSink) -> None:
+    """The shared all-types events land and read back as the model values (Asia/Shanghai source zone)."""
+    tz = "Asia/Shanghai"
+    spec = {name: (tp, flags, ALL_TYPES_PARAMS.get(name)) for name, tp, flags, *_ in ALL_TYPES}
+    schema = pa.schema([arrow_field_for(n, tp, f, p) for n, (tp, f, p) in spec.items()])
+    ident = TableIdent(INSERT.schema, INSERT.table)
+    sink.ensure_table(ident, schema, None, txn(0))
+
+    def image_row(image: Any, op: str) -> dict[str, Any]:
+        row = {c.name: convert_value(c.value, c.type, c.flags, spec[c.name][2], tz) for c in image}
+        row[OP_COLUMN] = op
+        return row
+
+    def apply(event: RowChange, version: int) -> None:
+        # What the caller's collapse does: an UPDATE that moves the key deletes the old key.
+        rows = []
+        if event.old is not None and (event.columns is None or event.old_values()["id"] != event.new_values()["id"]):
+            rows.append(image_row(event.old, "d"))
+        if event.columns is not None:
+            rows.append(image_row(event.columns, "u"))
+        sink.merge(ident, changes(rows, schema), ["id"], txn(version))
+
+    def contents() -> list[dict[str, Any]]:
+        return [
+            {k: canonical_from_delta(v, *spec[k], tz=tz) for k, v in r.items()} for r in sink.read(ident).to_pylist()
+        ]
+
+    apply(INSERT, 1)
+    assert contents() == [INSERT.new_values()]
+    apply(UPDATE, 2)
+    assert contents() == [UPDATE.new_values()]
+    apply(DELETE, 3)
+    assert contents() == []
+
+
+def test_empty_changes_commit_nothing(items: DeltaRsSink) -> None:
+    v = version(items, T1)
+    assert items.merge(T1, changes([]), ["id"], txn(1)).version is None
+    assert version(items, T1) == v
+
+
+@pytest.mark.parametrize(
+    "batch,keys,error,match",
+    [
+        (pa.table({"id": [1]}), ["id"], ValueError, "'_op' column"),
+        (pa.table({"id": [1], OP_COLUMN: ["x"]}), ["id"], ValueError, "must be 'u' or 'd'"),
+        (pa.table({"id": [1], OP_COLUMN: [None]}), ["id"], ValueError, "must be 'u' or 'd'"),
+        (pa.table({"id": [1, 1], OP_COLUMN: ["u", "d"]}), ["id"], ValueError, "more than one row"),
+        (pa.table({"id": [1], OP_COLUMN: ["u"]}), ["nope"], ValueError, "key column 'nope'"),
+        (pa.table({"id": [1], OP_COLUMN: ["u"]}), [], ValueError, "at least one"),
+        ([{"id": 1}], ["id"], TypeError, "pyarrow.Table"),
+    ],
+)
+def test_merge_argument_checks(items: DeltaRsSink, batch: Any, keys: list[str], error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        items.merge(T1, batch, keys, txn(1))
+
+
+@pytest.mark.parametrize("bad", [("", 1), (APP, -1), (APP, "1")])
+def test_txn_is_checked(items: DeltaRsSink, bad: tuple) -> None:
+    with pytest.raises(ValueError, match="txn"):
+        items.merge(T1, changes([{"id": 1, "_op": "d"}]), ["id"], bad)  # type: ignore[arg-type]
+
+
+def test_merge_into_a_missing_table_names_the_path(sink: DeltaRsSink) -> None:
+    with pytest.raises(SinkError, match=r"no Delta table at .*/lake/shop/items"):
+        sink.merge(T1, changes([{"id": 1, "_op": "d"}]), ["id"], txn(1))
+
+
+def test_merge_of_an_unknown_column(items: DeltaRsSink) -> None:
+    batch = pa.table({"id": [1], "extra": [1], OP_COLUMN: ["u"]})
+    with pytest.raises(SinkError, match="column 'extra' is not in the table .*add_columns"):
+        items.merge(T1, batch, ["id"], txn(1))
+
+
+def test_merge_of_a_value_that_does_not_fit(items: DeltaRsSink) -> None:
+    batch = pa.table({"id": ["not a number"], OP_COLUMN: ["u"]})
+    with pytest.raises(SinkError, match=r"items: column 'id' \(string\) does not fit int64"):
+        items.merge(T1, batch, ["id"], txn(1))
+
+
+# --- concurrent commits ------------------------------------------------------------------------------
+
+
+class RacingSink(DeltaRsSink):
+    """Lets another (real) writer append row id 2 right after each snapshot is loaded, ``races`` times.
+
+    A merge whose keys span id 2 has read the data the other writer adds, so delta-rs refuses its commit.
+    """
+
+    races = 0
+
+    def _load(self, path: str) -> DeltaTable | None:
+        dt = super()._load(path)
+        if dt is not None and self.races:
+            self.races -= 1
+            write_deltalake(path, pa.table({"id": [2], "name": ["racer"], "v": [0.0]}, schema=SCHEMA), mode="append")
+        return dt
+
+
+def test_a_lost_commit_race_is_retried(tmp_path: Path) -> None:
+    sink = RacingSink(str(tmp_path), retry_backoff_s=0.001)
+    sink.ensure_table(T1, SCHEMA, None, txn(0))
+    sink.merge(T1, changes([{"id": 1, "name": "a", "v": 1.0, "_op": "u"}]), ["id"], txn(0))
+    sink.races = 1
+    batch = changes([{"id": 1, "name": "b", "v": 2.0, "_op": "u"}, {"id": 3, "name": "c", "v": 3.0, "_op": "u"}])
+    stats = sink.merge(T1, batch, ["id"], txn(1))
+    assert (stats.updated, stats.inserted, sink.races) == (1, 1, 0)
+    assert rows_of(sink, T1, "id") == [
+        {"id": 1, "name": "b", "v": 2.0},
+        {"id": 2, "name": "racer", "v": 0.0},
+        {"id": 3, "name": "c", "v": 3.0},
+    ]
+
+
+def test_losing_every_race_raises_concurrent_commit_error(tmp_path: Path) -> None:
+    sink = RacingSink(str(tmp_path), max_retries=2, retry_backoff_s=0.001)
+    sink.ensure_table(T1, SCHEMA, None, txn(0))
+    sink.merge(T1, changes([{"id": 1, "name": "a", "v": 1.0, "_op": "u"}]), ["id"], txn(0))
+    sink.races = 100
+    with pytest.raises(ConcurrentCommitError, match=r"merge into .*shop/items: lost to concurrent commits 3 times"):
+        sink.merge(T1, changes([{"id": 1, "_op": "d"}, {"id": 3, "_op": "d"}]), ["id"], txn(1))
+    assert sink.races == 97
+    assert ConcurrentCommitError.retryable
+
+
+# --- truncate / drop / append ------------------------------------------------------------------------
+
+
+def test_overwrite_empty_truncates_once(items: DeltaRsSink) -> None:
+    v = version(items, T1)
+    assert items.overwrite_empty(T1, txn(1)) is True
+    assert items.read(T1).num_rows == 0 and version(items, T1) == v + 1
+    assert items.table_schema(T1) == SCHEMA
+    assert items.overwrite_empty(T1, txn(1)) is False
+    assert version(items, T1) == v + 1
+    # a truncated (empty) table still gets a version for the next truncate
+    assert items.overwrite_empty(T1, txn(2)) is True and version(items, T1) == v + 2
+
+
+def test_truncate_then_rows_in_one_batch_use_steps(items: DeltaRsSink) -> None:
+    items.overwrite_empty(T1, batch_txn(APP, 7, 0))
+    items.merge(T1, changes([{"id": 9, "name": "after", "v": 0.0, "_op": "u"}]), ["id"], batch_txn(APP, 7, 1))
+    # the whole batch re-run: both steps are skipped
+    assert items.overwrite_empty(T1, batch_txn(APP, 7, 0)) is False
+    assert items.merge(T1, changes([{"id": 9, "_op": "d"}]), ["id"], batch_txn(APP, 7, 1)).skipped
+    assert rows_of(items, T1) == [{"id": 9, "name": "after", "v": 0.0}]
+
+
+def test_batch_txn_packing() -> None:
+    assert batch_txn(APP, 3, 2) == Txn(APP, 3 * STEPS_PER_BATCH + 2)
+    assert batch_txn(APP, 3, STEPS_PER_BATCH - 1) < batch_txn(APP, 4, 0)
+    with pytest.raises(ValueError, match="step"):
+        batch_txn(APP, 1, STEPS_PER_BATCH)
+
+
+def test_drop_and_recreate(items: DeltaRsSink) -> None:
+    path = items.table_path(*T1)
+    assert items.drop(T1) is True
+    assert not os.path.exists(path) and items.table_schema(T1) is None
+    assert items.drop(T1) is False
+    assert items.ensure_table(T1, SCHEMA, None, txn(1)) is True
+    assert items.read(T1).num_rows == 0
+
+
+def test_overwrite_empty_of_a_missing_table(sink: DeltaRsSink) -> None:
+    with pytest.raises(SinkError, match="no Delta table"):
+        sink.overwrite_empty(T1, txn(1))
+
+
+def test_append_creates_fills_and_is_idempotent(sink: DeltaRsSink) -> None:
+    dead = TableIdent("_ticdc", "dead letters")
+    first = pa.table({"topic": ["t"], "offset": pa.array([1], pa.int64()), "error": ["bad"]})
+    assert sink.append(dead, first, txn(1)).inserted == 1
+    assert sink.append(dead, first, txn(1)).skipped
+    assert sink.append(dead, pa.table({"topic": ["t"], "offset": pa.array([2], pa.int32())}), txn(2)).inserted == 1
+    assert rows_of(sink, dead, "offset") == [
+        {"topic": "t", "offset": 1, "error": "bad"},
+        {"topic": "t", "offset": 2, "error": None},
+    ]
+
+
+# --- the safe reader ---------------------------------------------------------------------------------
+
+
+def test_read_table_gives_plain_types(items: DeltaRsSink) -> None:
+    table = read_table(items.table_path(*T1))
+    assert table.schema == SCHEMA  # string, not string_view
+    assert read_table(items.table_path(*T1), columns=["id"]).column_names == ["id"]
+
+
+def test_read_table_of_nothing(tmp_path: Path) -> None:
+    with pytest.raises(SinkError, match="no Delta table at"):
+        read_table(str(tmp_path / "nothing"))
+
+
+def test_read_table_lets_the_process_exit_cleanly(items: DeltaRsSink) -> None:
+    # delta-rs issue 2184: to_pyarrow_table() can abort the process at exit; read_table must not.
+    code = (
+        "import sys; from ticdc_delta.delta.sink import read_table; "
+        "t = read_table(sys.argv[1]); print(t.num_rows)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, items.table_path(*T1)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(Path(__file__).resolve().parents[2]),
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "3"), done.stderr

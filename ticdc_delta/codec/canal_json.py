@@ -1,0 +1,982 @@
+"""TiCDC's Canal-JSON protocol (``protocol=canal-json``): decoder and encoder.
+
+Canal-JSON is Alibaba Canal's ``FlatMessage`` written as JSON; TiCDC writes one event per Kafka message,
+with a null key::
+
+    {"id": 0, "database": "test", "table": "tp_int", "pkNames": ["id"], "isDdl": false,
+     "type": "INSERT", "es": 1639633141221, "ts": 1639633142960, "sql": "",
+     "sqlType": {"id": 4, ...}, "mysqlType": {"id": "int", ...},
+     "data": [{"id": "2", ...}], "old": null, "_tidb": {"commitTs": 429918007904436226}}
+
+Rules this module follows (TiCDC docs "TiCDC Canal-JSON Protocol" and tiflow ``pkg/sink/codec/canal``):
+
+- ``isDdl: true`` is a DDL (``sql`` holds the statement). Otherwise ``type: "TIDB_WATERMARK"`` is a
+  watermark (``_tidb.watermarkTs``), and ``INSERT`` / ``UPDATE`` / ``DELETE`` are row changes.
+- Every column value is a JSON string or ``null``. Its type comes from ``mysqlType``: TiCDC writes the
+  bare type name (``"int unsigned"``, ``"varbinary"``), official Canal the full column type
+  (``"decimal(10, 4)"``, ``"int(10) unsigned zerofill"``); parameters are ignored either way. ``sqlType``
+  (the Java SQL type) says nothing ``mysqlType`` does not, and is not read.
+- Integers (and BIT, ENUM, SET, which TiCDC writes as numbers) become ``int``, FLOAT/DOUBLE ``float``;
+  binary columns (BINARY, VARBINARY, BLOBs) carry one character U+0000..U+00FF per byte (TiCDC decodes
+  the bytes as ISO-8859-1), so ``value.encode("latin-1")`` gives the bytes back; everything else is text.
+- ``data`` is an array: official Canal can put several rows of one statement in one message, ``old[i]``
+  pairing with ``data[i]``. TiCDC's UPDATE ``old`` holds every column; official Canal's (and TiCDC's with
+  ``only-output-updated-columns``) only the changed ones, so the old image is ``data[i]`` overlaid with
+  ``old[i]``. A DELETE's row is in ``data``; before TiCDC v5.4 ``old`` repeated it, and it is ignored.
+- Columns named in ``pkNames`` are the key (:attr:`ColumnFlag.HANDLE_KEY` | :attr:`ColumnFlag.PRIMARY_KEY`).
+  Nothing else of TiCDC's column flags survives the wire except unsigned (``"... unsigned"``) and binary
+  (the type name); nullability is unknown and left unset.
+
+The TiDB extension (sink-uri ``enable-tidb-extension=true``) adds ``_tidb.commitTs`` to DML and DDL
+messages and sends watermarks. With the option set, a DML or DDL message without ``_tidb.commitTs`` is an
+error (the stream promised commit timestamps and downstream ordering relies on them). Without it, events
+have ``commit_ts=None`` -- but a ``_tidb`` field that is present is still honoured (its ``commitTs`` is
+used and watermarks are decoded): it is what the producer wrote, and dropping it would only lose
+information.
+
+Where TiCDC's own code settled a question: BIT, ENUM and SET values are TiCDC's ``uint64`` written with
+``FormatUint`` (its consumer parses BIT/SET with ``ParseUint``, ENUM with ``ParseInt``; tiflow
+``canal_json_message.go``); FLOAT/DOUBLE use ``strconv.FormatFloat(v, 'f', -1, ...)`` (no exponent); a
+DDL's ``type`` is Canal's QUERY / CREATE / ALTER / ERASE / TRUNCATE / RENAME / CINDEX / DINDEX
+(``convertDdlEventType``), which the decoder does not map back (``ddl_type=None``). An UPDATE whose
+``old`` is null (TiCDC never writes one) decodes with ``old=None``. TiCDC's large-message modes are
+refused: a claim-check message holds no row, and a handle-key-only INSERT/UPDATE holds only the key (a
+handle-key-only DELETE is complete enough and decodes to a key-only DELETE).
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Any, Callable, Mapping, Sequence
+
+import orjson
+
+from ..errors import DecodeError, EncodeError, FramingError, TruncatedMessageError
+from .base import Message, parse_bool_option
+from .model import (
+    BLOB_TYPES,
+    TEXT_OR_BINARY_TYPES,
+    Column,
+    ColumnFlag,
+    DDLEvent,
+    DDLType,
+    DecodeContext,
+    Event,
+    Op,
+    ResolvedEvent,
+    RowChange,
+    TypeCode,
+    column_flag,
+)
+
+__all__ = [
+    "PROTOCOL",
+    "CanalJsonDecoder",
+    "CanalJsonEncoder",
+    "parse_mysql_type",
+    "mysql_type_name",
+    "java_sql_type",
+    "canal_event_type",
+]
+
+PROTOCOL = "canal-json"
+
+_T = TypeCode
+_F = ColumnFlag
+_KEY_FLAGS = int(_F.HANDLE_KEY | _F.PRIMARY_KEY)
+_U64_LIMIT = 1 << 64
+_WATERMARK = "TIDB_WATERMARK"
+
+# ---------------------------------------------------------------------------------------------------------
+# mysqlType <-> type code
+# ---------------------------------------------------------------------------------------------------------
+
+# Bare MySQL type name -> (TiCDC type code, binary?). The names are TiDB's ``types.TypeStr`` (what TiCDC
+# writes, with "text"->"blob" and "char"->"binary" for binary columns) plus the spellings official Canal
+# takes from ``SHOW COLUMNS``.
+_MYSQL_TYPES: dict[str, tuple[int, bool]] = {
+    "tinyint": (_T.TINYINT, False),
+    "bool": (_T.TINYINT, False),
+    "boolean": (_T.TINYINT, False),
+    "smallint": (_T.SMALLINT, False),
+    "mediumint": (_T.MEDIUMINT, False),
+    "int": (_T.INT, False),
+    "integer": (_T.INT, False),
+    "bigint": (_T.BIGINT, False),
+    "float": (_T.FLOAT, False),
+    "double": (_T.DOUBLE, False),
+    "decimal": (_T.DECIMAL, False),
+    "numeric": (_T.DECIMAL, False),
+    "date": (_T.DATE, False),
+    "datetime": (_T.DATETIME, False),
+    "timestamp": (_T.TIMESTAMP, False),
+    "time": (_T.TIME, False),
+    "year": (_T.YEAR, False),
+    "bit": (_T.BIT, False),
+    "json": (_T.JSON, False),
+    "enum": (_T.ENUM, False),
+    "set": (_T.SET, False),
+    "char": (_T.STRING, False),
+    "varchar": (_T.VARCHAR, False),
+    "var_string": (_T.VAR_STRING, False),
+    "binary": (_T.STRING, True),
+    "varbinary": (_T.VARCHAR, True),
+    "tinytext": (_T.TINYBLOB, False),
+    "text": (_T.BLOB, False),
+    "mediumtext": (_T.MEDIUMBLOB, False),
+    "longtext": (_T.LONGBLOB, False),
+    "tinyblob": (_T.TINYBLOB, True),
+    "blob": (_T.BLOB, True),
+    "mediumblob": (_T.MEDIUMBLOB, True),
+    "longblob": (_T.LONGBLOB, True),
+}
+
+# Words that may follow the type ("int(10) unsigned zerofill"); ZEROFILL implies UNSIGNED in MySQL.
+_TYPE_ATTRIBUTES = {"unsigned": True, "zerofill": True, "signed": False}
+
+
+def parse_mysql_type(text: str) -> tuple[int, ColumnFlag]:
+    """The type code and flags (BINARY, UNSIGNED) a ``mysqlType`` entry describes.
+
+    Accepts TiCDC's bare names (``"int unsigned"``, ``"varbinary"``) and official Canal's full column
+    types (``"decimal(10, 4)"``, ``"enum('a','b')"``, ``"int(10) unsigned zerofill"``).
+
+    Raises:
+        ValueError: not a MySQL type this protocol carries.
+    """
+    t = text.strip().lower()
+    open_paren = t.find("(")
+    if open_paren >= 0:
+        close_paren = t.rfind(")")
+        if close_paren < open_paren:
+            raise ValueError(f"unbalanced parentheses in MySQL type {text!r}")
+        base = t[:open_paren].strip()
+        attributes = t[close_paren + 1 :].split()
+    else:
+        words = t.split()
+        if not words:
+            raise ValueError("empty MySQL type")
+        base, attributes = words[0], words[1:]
+    known = _MYSQL_TYPES.get(base)
+    if known is None:
+        raise ValueError(f"unknown MySQL type {text!r}")
+    tp, binary = known
+    flags = int(_F.BINARY) if binary else 0
+    for word in attributes:
+        unsigned = _TYPE_ATTRIBUTES.get(word)
+        if unsigned is None:
+            raise ValueError(f"unknown attribute {word!r} in MySQL type {text!r}")
+        if unsigned:
+            flags |= int(_F.UNSIGNED)
+    return tp, column_flag(flags)
+
+
+# TiCDC's ``getMySQLType``: TiDB's ``types.TypeStr`` of the type code, "text"->"blob" / "char"->"binary"
+# for binary columns, " unsigned" appended for unsigned columns except BIT and YEAR.
+_TYPE_NAMES: dict[int, str] = {
+    _T.TINYINT: "tinyint",
+    _T.SMALLINT: "smallint",
+    _T.INT: "int",
+    _T.FLOAT: "float",
+    _T.DOUBLE: "double",
+    _T.TIMESTAMP: "timestamp",
+    _T.BIGINT: "bigint",
+    _T.MEDIUMINT: "mediumint",
+    _T.DATE: "date",
+    _T.TIME: "time",
+    _T.DATETIME: "datetime",
+    _T.YEAR: "year",
+    _T.NEWDATE: "date",
+    _T.VARCHAR: "varchar",
+    _T.BIT: "bit",
+    _T.JSON: "json",
+    _T.DECIMAL: "decimal",
+    _T.ENUM: "enum",
+    _T.SET: "set",
+    _T.TINYBLOB: "tinytext",
+    _T.MEDIUMBLOB: "mediumtext",
+    _T.LONGBLOB: "longtext",
+    _T.BLOB: "text",
+    _T.VAR_STRING: "var_string",
+    _T.STRING: "char",
+}
+_BINARY_NAMES: dict[int, str] = {
+    _T.TINYBLOB: "tinyblob",
+    _T.MEDIUMBLOB: "mediumblob",
+    _T.LONGBLOB: "longblob",
+    _T.BLOB: "blob",
+    _T.VARCHAR: "varbinary",
+    _T.STRING: "binary",
+}
+_NO_UNSIGNED_SUFFIX = {_T.BIT, _T.YEAR}
+
+
+def mysql_type_name(type_code: int, flags: int) -> str:
+    """The ``mysqlType`` TiCDC writes for a column: ``"int unsigned"``, ``"varbinary"``, ``"text"``.
+
+    Raises:
+        EncodeError: a type Canal-JSON cannot carry (NULL, GEOMETRY, binary VAR_STRING, unknown code).
+    """
+    binary = bool(flags & _F.BINARY) and type_code in TEXT_OR_BINARY_TYPES
+    if binary:
+        name = _BINARY_NAMES.get(type_code)
+        if name is None:
+            # TiCDC would write "var_string" and lose the binary flag; a consumer could not tell.
+            raise EncodeError(f"{PROTOCOL}: binary column of type code {type_code} has no mysqlType")
+        return name
+    name = _TYPE_NAMES.get(type_code)
+    if name is None:
+        raise EncodeError(f"{PROTOCOL}: type code {type_code} cannot be written as mysqlType")
+    if flags & _F.UNSIGNED and type_code not in _NO_UNSIGNED_SUFFIX:
+        return name + " unsigned"
+    return name
+
+
+# Java SQL type codes (java.sql.Types) as TiCDC's ``MySQLType2JavaType`` assigns them.
+_JAVA_TYPES: dict[int, int] = {
+    _T.TINYINT: -6,  # TINYINT
+    _T.SMALLINT: 5,  # SMALLINT
+    _T.INT: 4,  # INTEGER
+    _T.MEDIUMINT: 4,  # INTEGER
+    _T.BIGINT: -5,  # BIGINT
+    _T.FLOAT: 7,  # REAL
+    _T.DOUBLE: 8,  # DOUBLE
+    _T.DECIMAL: 3,  # DECIMAL
+    _T.TIMESTAMP: 93,  # TIMESTAMP
+    _T.DATETIME: 93,
+    _T.DATE: 91,  # DATE
+    _T.NEWDATE: 91,
+    _T.TIME: 92,  # TIME
+    _T.YEAR: 12,  # VARCHAR
+    _T.ENUM: 4,  # INTEGER
+    _T.SET: -7,  # BIT
+    _T.BIT: -7,  # BIT
+    _T.JSON: 12,  # VARCHAR
+    _T.VARCHAR: 12,  # VARCHAR (BLOB when binary)
+    _T.VAR_STRING: 12,
+    _T.STRING: 1,  # CHAR (BLOB when binary)
+}
+_JAVA_BLOB, _JAVA_CLOB = 2004, 2005
+# Unsigned integers too big for the signed Java type are promoted (Canal's LogEventConvert rule, the
+# seed's table): TINYINT > 127 -> SMALLINT, SMALLINT > 32767 -> INTEGER, INT > 2^31-1 -> BIGINT,
+# BIGINT > 2^63-1 -> DECIMAL. MEDIUMINT is INTEGER either way.
+_UNSIGNED_PROMOTION: dict[int, tuple[int, int]] = {
+    _T.TINYINT: (127, 5),
+    _T.SMALLINT: (32767, 4),
+    _T.INT: (2147483647, -5),
+    _T.BIGINT: (9223372036854775807, 3),
+}
+
+
+def java_sql_type(type_code: int, flags: int, value: Any) -> int:
+    """The ``sqlType`` TiCDC writes for a column holding ``value``."""
+    if type_code in TEXT_OR_BINARY_TYPES:
+        if flags & _F.BINARY:
+            return _JAVA_BLOB
+        if type_code in BLOB_TYPES:
+            return _JAVA_CLOB
+    java = _JAVA_TYPES.get(type_code, 12)
+    if flags & _F.UNSIGNED and type(value) is int:
+        promotion = _UNSIGNED_PROMOTION.get(type_code)
+        if promotion is not None and value > promotion[0]:
+            return promotion[1]
+    return java
+
+
+# TiCDC's ``convertDdlEventType`` (after Canal's DruidDdlParser): the Canal event type of a DDL.
+_DDL_EVENT_TYPES: dict[int, str] = {
+    DDLType.CREATE_TABLE: "CREATE",
+    DDLType.RENAME_TABLE: "RENAME",
+    DDLType.ADD_INDEX: "CINDEX",
+    DDLType.ADD_FOREIGN_KEY: "CINDEX",
+    DDLType.ADD_PRIMARY_KEY: "CINDEX",
+    DDLType.DROP_INDEX: "DINDEX",
+    DDLType.DROP_FOREIGN_KEY: "DINDEX",
+    DDLType.DROP_PRIMARY_KEY: "DINDEX",
+    DDLType.ADD_COLUMN: "ALTER",
+    DDLType.DROP_COLUMN: "ALTER",
+    DDLType.MODIFY_COLUMN: "ALTER",
+    DDLType.REBASE_AUTO_ID: "ALTER",
+    DDLType.SET_DEFAULT_VALUE: "ALTER",
+    DDLType.MODIFY_TABLE_COMMENT: "ALTER",
+    DDLType.RENAME_INDEX: "ALTER",
+    DDLType.ADD_TABLE_PARTITION: "ALTER",
+    DDLType.DROP_TABLE_PARTITION: "ALTER",
+    DDLType.MODIFY_TABLE_CHARSET_AND_COLLATE: "ALTER",
+    DDLType.TRUNCATE_TABLE_PARTITION: "ALTER",
+    DDLType.DROP_TABLE: "ERASE",
+    DDLType.TRUNCATE_TABLE: "TRUNCATE",
+}
+
+
+def canal_event_type(ddl_type: int | None) -> str:
+    """The Canal ``type`` TiCDC writes for a DDL: CREATE, ALTER, ERASE, ... or QUERY for the rest."""
+    if ddl_type is None:
+        return "QUERY"
+    return _DDL_EVENT_TYPES.get(ddl_type, "QUERY")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Decoder
+# ---------------------------------------------------------------------------------------------------------
+
+_str_encode = str.encode
+
+# Converters of a non-null JSON value, by column kind. Each refuses what is not a JSON string (a number,
+# boolean, array or object is not a Canal-JSON value). Text columns have none: the string is the value.
+
+
+def _to_int(s: str) -> int:
+    return int(s, 10)  # with a base, int() refuses non-strings (generated builders inline this call)
+
+
+def _to_uint(s: str) -> int:
+    v = int(s, 10)
+    if v < 0:
+        raise ValueError("negative")
+    return v
+
+
+def _to_float(s: str) -> float:
+    if s.__class__ is not str:
+        raise TypeError("not a string")
+    return float(s)
+
+
+def _to_bytes(s: str) -> bytes:
+    # Each byte was written as the character U+0000..U+00FF (ISO-8859-1); anything above is not binary.
+    return _str_encode(s, "latin-1")
+
+
+def _not_text(v: Any) -> str:
+    raise TypeError("not a string")
+
+
+def _converter(type_code: int, flags: int) -> Callable[[Any], Any] | None:
+    if type_code in (_T.TINYINT, _T.SMALLINT, _T.MEDIUMINT, _T.INT, _T.BIGINT, _T.YEAR):
+        return _to_int
+    if type_code in (_T.BIT, _T.SET, _T.ENUM):
+        return _to_uint  # TiCDC writes the bits, the ENUM index and the SET bit mask as numbers
+    if type_code in (_T.FLOAT, _T.DOUBLE):
+        return _to_float
+    if flags & _F.BINARY and type_code in TEXT_OR_BINARY_TYPES:
+        return _to_bytes
+    return None
+
+
+_KIND_NAMES: dict[Any, str] = {_to_int: "an integer", _to_uint: "an unsigned integer", _to_float: "a number"}
+
+# One column: (name, type code, flags, converter or None for text, the Column with a NULL value).
+_Spec = tuple[str, int, ColumnFlag, Callable[[Any], Any] | None, Column]
+_Builder = Callable[[dict[str, Any]], tuple[Column, ...]]
+
+_new = tuple.__new__  # builds a NamedTuple without the Python-level __new__ (half the cost)
+_LAYOUT_CACHE_LIMIT = 512
+_MAX_ORDERS = 8  # column orders remembered per layout (TiCDC and Canal always write one)
+_MAX_GENERATED_COLUMNS = 255  # wider rows use the generic loop
+
+
+def _compile_builder(specs: Sequence[_Spec]) -> _Builder:
+    """A function turning a row whose keys are exactly ``specs``' names, in that order, into Columns.
+
+    Like ``collections.namedtuple``, it is generated source: the loop over the columns is unrolled, so
+    a row costs no dict lookup, tuple indexing or call per text column (about a third less time than
+    :meth:`_Layout.generic_image`). The source holds only generated identifiers (``v0``, ``n0``, ...);
+    names, type codes, flags and converters are passed in as objects, never as text.
+    """
+    n = len(specs)
+    lines = ["def make(S, new, Column, str, int, not_text, to_int):"]
+    lines += [f"    n{i}, t{i}, f{i}, k{i}, z{i} = S[{i}]" for i in range(n)]
+    lines.append("    def build(row):")
+    lines.append("        " + "".join(f"v{i}, " for i in range(n)) + "= row.values()")
+    lines.append("        return (")
+    for i, spec in enumerate(specs):
+        if spec[3] is None:
+            value = f"v{i} if v{i}.__class__ is str else not_text(v{i})"
+        elif spec[3] is _to_int:
+            value = f"int(v{i}, 10)"
+        else:
+            value = f"k{i}(v{i})"
+        lines.append(f"            z{i} if v{i} is None else new(Column, (n{i}, t{i}, f{i}, {value})),")
+    lines.append("        )")
+    lines.append("    return build")
+    namespace: dict[str, Any] = {}
+    exec(compile("\n".join(lines), "<canal-json row builder>", "exec"), namespace)  # noqa: S102
+    return namespace["make"](tuple(specs), _new, Column, str, int, _not_text, _to_int)  # type: ignore[no-any-return]
+
+
+class _Layout:
+    """The columns of one (mysqlType, pkNames): specs by name, and row builders by column order."""
+
+    __slots__ = ("specs", "_builders")
+
+    def __init__(self, specs: dict[str, _Spec]) -> None:
+        self.specs = specs
+        self._builders: dict[tuple[Any, ...], _Builder] = {}
+
+    def image(self, row: dict[str, Any]) -> tuple[Column, ...]:
+        """The Columns of one row image, in the row's order (the hot path: no checks beyond what the
+        lookups and converters raise -- KeyError, TypeError, ValueError, AttributeError; :meth:`explain`
+        says what was wrong)."""
+        order = tuple(row)
+        build = self._builders.get(order)
+        if build is None:
+            if not order:
+                raise ValueError("empty row")
+            if len(order) > _MAX_GENERATED_COLUMNS or len(self._builders) >= _MAX_ORDERS:
+                return self.generic_image(row)
+            build = _compile_builder([self.specs[name] for name in order])
+            self._builders[order] = build
+        return build(row)
+
+    def generic_image(self, row: dict[str, Any]) -> tuple[Column, ...]:
+        """:meth:`image` as a plain loop (for very wide rows and unusual column orders)."""
+        specs = self.specs
+        return tuple(
+            [
+                s[4]
+                if v is None
+                else _new(
+                    Column,
+                    (name, s[1], s[2], (v if v.__class__ is str else _not_text(v)) if (k := s[3]) is None else k(v)),
+                )
+                for name, v in row.items()
+                if (s := specs[name])
+            ]
+        )
+
+    def explain(self, row: Any, where: str) -> str | None:
+        """Why :meth:`image` fails on ``row`` (``where`` is e.g. ``data[0]``), or None if it does not."""
+        if not isinstance(row, dict):
+            return f"{where} must be an object, got {_type_name(row)}"
+        if not row:
+            return f"{where} has no columns"
+        for name, v in row.items():
+            spec = self.specs.get(name)
+            if spec is None:
+                return f"{where} column {name!r} has no mysqlType"
+            if v is None:
+                continue
+            if not isinstance(v, str):
+                return f"{where} column {name!r} must be a string or null, got {_type_name(v)}"
+            conv = spec[3]
+            if conv is None:
+                continue
+            try:
+                conv(v)
+            except (ValueError, TypeError):
+                if conv is _to_bytes:
+                    return f"{where} column {name!r} is binary but has a character above U+00FF"
+                shown = v if len(v) <= 40 else v[:40] + "..."
+                return f"{where} column {name!r} must be {_KIND_NAMES.get(conv, 'a value')}, got {shown!r}"
+        return None
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+_DML_OPS = {"INSERT": Op.INSERT, "UPDATE": Op.UPDATE, "DELETE": Op.DELETE}
+
+
+class CanalJsonDecoder:
+    """Decodes TiCDC (and official Canal) Canal-JSON messages.
+
+    Options (TiCDC sink-uri names): ``enable-tidb-extension`` (default false): the stream carries
+    ``_tidb.commitTs`` on every DML/DDL message and TIDB_WATERMARK messages. See the module docstring
+    for what a ``_tidb`` field means when the option is off.
+    """
+
+    protocol = PROTOCOL
+
+    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+        """A decoder for the sink-uri ``options`` the stream was written with.
+
+        Raises:
+            ValueError: ``enable-tidb-extension`` is not a boolean word.
+        """
+        self._extension = parse_bool_option(dict(options or {}), "enable-tidb-extension", False)
+        self._clear_caches()
+
+    def _clear_caches(self) -> None:
+        self._layouts: dict[Any, _Layout] = {}
+        # The layout of the previous message: consecutive messages are usually of one table, and
+        # comparing two small dicts is cheaper than hashing one.
+        self._last_types: Any = None
+        self._last_pk: Any = None
+        self._last_layout: _Layout | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled to Spark executors: the caches hold generated functions, which do not pickle.
+        return {"extension": self._extension}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._extension = bool(state["extension"])
+        self._clear_caches()
+
+    # -- entry point --------------------------------------------------------------------------------------
+
+    def decode(self, key: bytes | None, value: bytes | None, ctx: DecodeContext) -> list[Event]:
+        """The events of one Canal-JSON message: one per row of ``data``, or one DDL / watermark.
+
+        The key is not read (TiCDC writes none; any is accepted).
+
+        Raises:
+            FramingError: the value is missing, not JSON, or not a JSON object.
+            TruncatedMessageError: the JSON ends early.
+            DecodeError: a field is missing or of the wrong JSON type, a value does not parse as its
+                column type, ``data`` and ``old`` disagree, an unknown ``type`` / ``mysqlType``, the
+                TiDB extension is enabled and ``_tidb.commitTs`` is missing, or the message is a TiCDC
+                claim-check / handle-key-only reference to a row it does not contain.
+        """
+        if value is None:
+            raise _error(ctx, "message value is null (Canal-JSON has no tombstones)", FramingError)
+        try:
+            msg = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            text = str(exc)
+            cls = TruncatedMessageError if "unexpected end of data" in text else FramingError
+            raise _error(ctx, f"value is not valid JSON: {text}", cls) from None
+        if msg.__class__ is not dict:
+            raise _error(ctx, f"value must be a JSON object, got {_type_name(msg)}", FramingError)
+
+        # TiCDC's consumer: isDdl true is a DDL; otherwise TIDB_WATERMARK is a watermark, else a DML.
+        is_ddl = msg.get("isDdl")
+        if is_ddl is False:
+            kind = msg.get("type")
+            op = _DML_OPS.get(kind) if kind.__class__ is str else None
+            if op is not None:
+                return self._rows(msg, op, ctx)
+            if kind == _WATERMARK:
+                return [self._watermark(msg, ctx)]
+            if kind.__class__ is str:
+                raise _error(ctx, f"field type must be INSERT, UPDATE, DELETE or {_WATERMARK}, got {kind!r}")
+            raise _error(ctx, f"field type must be a string, got {_type_name(kind)}")
+        if is_ddl is True:
+            return [self._ddl(msg, ctx)]
+        tidb = msg.get("_tidb")
+        if tidb.__class__ is dict and "claimCheckLocation" in tidb:
+            # TiCDC's large-message claim check: {"_tidb": {"claimCheckLocation": ...}} and nothing else.
+            raise _error(ctx, _claim_check_reason(tidb))
+        raise _error(ctx, f"field isDdl must be a boolean, got {_type_name(is_ddl)}")
+
+    # -- DDL / watermark / commit ts ----------------------------------------------------------------------
+
+    def _ddl(self, msg: dict[str, Any], ctx: DecodeContext) -> DDLEvent:
+        commit_ts = self._commit_ts(msg, ctx)
+        schema = _string_field(msg, "database", ctx)
+        table = msg.get("table")
+        if table is None:
+            table = ""
+        elif table.__class__ is not str:
+            raise _error(ctx, f"field table must be a string, got {_type_name(table)}")
+        query = _string_field(msg, "sql", ctx)
+        # Canal-JSON carries no DDL type code (only Canal's coarse QUERY/CREATE/ALTER/...).
+        return DDLEvent(commit_ts, schema, table, query, None, ctx)
+
+    def _watermark(self, msg: dict[str, Any], ctx: DecodeContext) -> ResolvedEvent:
+        tidb = msg.get("_tidb")
+        if tidb.__class__ is not dict:
+            raise _error(ctx, f"{_WATERMARK} message needs the object _tidb, got {_type_name(tidb)}")
+        ts = tidb.get("watermarkTs")
+        if ts.__class__ is not int or not 0 <= ts < _U64_LIMIT:
+            raise _error(ctx, f"field _tidb.watermarkTs must be an unsigned 64-bit integer, got {ts!r}")
+        return ResolvedEvent(ts, ctx)
+
+    def _commit_ts(self, msg: dict[str, Any], ctx: DecodeContext) -> int | None:
+        tidb = msg.get("_tidb")
+        if tidb is None:
+            if self._extension:
+                raise _error(ctx, "enable-tidb-extension is true but the message has no _tidb.commitTs")
+            return None
+        if tidb.__class__ is not dict:
+            raise _error(ctx, f"field _tidb must be an object, got {_type_name(tidb)}")
+        if "claimCheckLocation" in tidb:
+            raise _error(ctx, _claim_check_reason(tidb))
+        ts = tidb.get("commitTs")
+        if ts.__class__ is int and 0 <= ts < _U64_LIMIT:
+            return ts  # type: ignore[no-any-return]
+        if ts is None and not self._extension:
+            return None
+        raise _error(ctx, f"field _tidb.commitTs must be an unsigned 64-bit integer, got {ts!r}")
+
+    # -- rows ---------------------------------------------------------------------------------------------
+
+    def _layout(self, types: Any, pk: Any, ctx: DecodeContext) -> _Layout:
+        """The column specs of a message's ``mysqlType`` and ``pkNames`` (cached)."""
+        if types.__class__ is not dict:
+            raise _error(ctx, f"field mysqlType must be an object, got {_type_name(types)}")
+        if pk is not None and (pk.__class__ is not list or any(p.__class__ is not str for p in pk)):
+            raise _error(ctx, "field pkNames must be null or an array of strings")
+        for name, text in types.items():
+            if text.__class__ is not str:
+                raise _error(ctx, f"mysqlType of column {name!r} must be a string, got {_type_name(text)}")
+        # Go writes mysqlType from a map: its order changes from message to message, so the key is a set.
+        cache_key = (frozenset(types.items()), frozenset(pk) if pk else None)
+        layout = self._layouts.get(cache_key)
+        if layout is None:
+            layout = _build_layout(types, pk or (), ctx)
+            if len(self._layouts) >= _LAYOUT_CACHE_LIMIT:
+                self._layouts.clear()
+            self._layouts[cache_key] = layout
+        self._last_types, self._last_pk, self._last_layout = types, pk, layout
+        return layout
+
+    def _rows(self, msg: dict[str, Any], op: str, ctx: DecodeContext) -> list[Event]:
+        """One RowChange per element of ``data`` (the hot path of the decoder)."""
+        tidb = msg.get("_tidb")
+        if tidb.__class__ is dict and len(tidb) == 1 and (ts := tidb.get("commitTs")).__class__ is int:
+            commit_ts = ts if 0 <= ts < _U64_LIMIT else self._commit_ts(msg, ctx)  # the common TiCDC case
+        else:
+            commit_ts = self._commit_ts(msg, ctx)
+            if tidb is not None and tidb.get("onlyHandleKey") is True and op != Op.DELETE:
+                # TiCDC's large-message "handle-key-only" mode: the consumer must re-read the row upstream.
+                raise _error(ctx, f"{op} message carries only the handle key (_tidb.onlyHandleKey), not the row")
+        schema = msg.get("database")
+        table = msg.get("table")
+        if schema.__class__ is not str or table.__class__ is not str:
+            _string_field(msg, "database", ctx)
+            _string_field(msg, "table", ctx)
+        types = msg.get("mysqlType")
+        pk = msg.get("pkNames")
+        layout = self._last_layout
+        if layout is None or types != self._last_types or pk != self._last_pk:
+            layout = self._layout(types, pk, ctx)
+        data = msg.get("data")
+        if data.__class__ is not list or not data:
+            raise _error(ctx, f"field data must be a non-empty array of rows, got {_type_name(data)}")
+        old = msg.get("old") if op == Op.UPDATE else None
+        if old is not None and (old.__class__ is not list or len(old) != len(data)):
+            raise _error(
+                ctx,
+                f"field old must be null or an array as long as data ({len(data)} rows), "
+                f"got {_type_name(old)}" + (f" of {len(old)}" if isinstance(old, list) else ""),
+            )
+        image = layout.image
+        try:
+            if op == Op.INSERT:
+                return [_new(RowChange, (commit_ts, schema, table, op, image(row), None, ctx)) for row in data]
+            if op == Op.DELETE:
+                # The deleted row is in data; old is null (or, before v5.4, the same row again: ignored).
+                return [_new(RowChange, (commit_ts, schema, table, op, None, image(row), ctx)) for row in data]
+            if old is None:
+                # No previous image (not written by TiCDC, which always sends old with an UPDATE).
+                return [_new(RowChange, (commit_ts, schema, table, op, image(row), None, ctx)) for row in data]
+            out: list[Event] = []
+            for row, before in zip(data, old):
+                # old may hold only the changed columns (official Canal, only-output-updated-columns):
+                # the old image is the new one overlaid with them, in the column order of data.
+                merged = row | before
+                if len(merged) != len(row):
+                    raise KeyError("old")
+                out.append(_new(RowChange, (commit_ts, schema, table, op, image(row), image(merged), ctx)))
+            return out
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise _error(ctx, _explain_rows(layout, data, old)) from None
+
+
+def _error(ctx: DecodeContext, reason: str, cls: type[DecodeError] = DecodeError) -> DecodeError:
+    return cls(PROTOCOL, reason, ctx.topic, ctx.partition, ctx.offset)
+
+
+def _claim_check_reason(tidb: dict[str, Any]) -> str:
+    location = tidb.get("claimCheckLocation")
+    return f"claim-check message: the row is stored at {location!r}, which this decoder does not fetch"
+
+
+def _string_field(msg: dict[str, Any], field: str, ctx: DecodeContext) -> str:
+    v = msg.get(field)
+    if v.__class__ is not str:
+        raise _error(ctx, f"field {field} must be a string, got {_type_name(v)}")
+    return v  # type: ignore[no-any-return]
+
+
+def _build_layout(types: dict[str, str], pk: list[str] | tuple[()], ctx: DecodeContext) -> _Layout:
+    keys = set(pk)
+    missing = keys.difference(types)
+    if missing:
+        raise _error(ctx, f"pkNames names columns without a mysqlType: {sorted(missing)}")
+    specs: dict[str, _Spec] = {}
+    for name, text in types.items():
+        try:
+            tp, flags = parse_mysql_type(text)
+        except ValueError as exc:
+            raise _error(ctx, f"mysqlType of column {name!r}: {exc}") from None
+        if name in keys:
+            flags = column_flag(int(flags) | _KEY_FLAGS)
+        null = _new(Column, (name, int(tp), flags, None))
+        specs[name] = (name, int(tp), flags, _converter(tp, flags), null)
+    return _Layout(specs)
+
+
+def _explain_rows(layout: _Layout, data: list[Any], old: list[Any] | None) -> str:
+    """What is wrong with the rows that :meth:`_Layout.image` refused."""
+    for i, row in enumerate(data):
+        reason = layout.explain(row, f"data[{i}]")
+        if reason:
+            return reason
+        if old is not None:
+            before = old[i]
+            if not isinstance(before, dict):
+                return f"old[{i}] must be an object, got {_type_name(before)}"
+            extra = [name for name in before if name not in row]
+            if extra:
+                return f"old[{i}] has columns that data[{i}] lacks: {extra}"
+            reason = layout.explain(row | before, f"old[{i}]")  # the old image (an empty old is fine)
+            if reason:
+                return reason
+    return "invalid row data"  # pragma: no cover - image() and explain() disagree
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Encoder
+# ---------------------------------------------------------------------------------------------------------
+
+# Go's JSON string escaping as TiCDC's writers (easyjson's jwriter, encoding/json) apply it: '"' and '\'
+# escaped, \t \n \r short, other control characters \u00XX (lower-case hex), and the HTML characters
+# < > & as \u003c \u003e \u0026, U+2028/U+2029 as \u2028/\u2029. Everything else is literal UTF-8, so a
+# binary value's bytes 0x80..0xff appear as the characters U+0080..U+00FF.
+_ESCAPES: dict[str, str] = {chr(i): f"\\u{i:04x}" for i in range(0x20)}
+_ESCAPES.update(
+    {
+        "\t": "\\t",
+        "\n": "\\n",
+        "\r": "\\r",
+        '"': '\\"',
+        "\\": "\\\\",
+        "<": "\\u003c",
+        ">": "\\u003e",
+        "&": "\\u0026",
+        "\u2028": "\\u2028",
+        "\u2029": "\\u2029",
+    }
+)
+_NEEDS_ESCAPE = re.compile('[\x00-\x1f"\\\\<>&\u2028\u2029]')
+
+
+def _escape_match(m: re.Match[str]) -> str:
+    return _ESCAPES[m.group()]
+
+
+def _quote(s: str) -> str:
+    """``s`` as a JSON string literal, escaped the way TiCDC's Go writers do."""
+    if _NEEDS_ESCAPE.search(s) is None:
+        return '"' + s + '"'
+    return '"' + _NEEDS_ESCAPE.sub(_escape_match, s) + '"'
+
+
+def _go_float(x: float) -> str:
+    """Go's ``strconv.FormatFloat(x, 'f', -1, 64)``: shortest digits that round-trip, never an exponent."""
+    if x != x:
+        return "NaN"
+    if x in (float("inf"), float("-inf")):
+        return "+Inf" if x > 0 else "-Inf"
+    r = repr(float(x))
+    if "e" in r:
+        r = format(Decimal(r), "f")
+    if r.endswith(".0"):
+        r = r[:-2]
+    return r
+
+
+_INT_CODES = frozenset({_T.TINYINT, _T.SMALLINT, _T.MEDIUMINT, _T.INT, _T.BIGINT, _T.YEAR})
+_UINT_CODES = frozenset({_T.BIT, _T.SET, _T.ENUM})
+
+
+def _wire_value(col: Column) -> str | None:
+    """The string TiCDC writes for a column value (before JSON quoting), None for NULL.
+
+    Raises:
+        EncodeError: the value's Python type does not fit the column type.
+    """
+    v = col.value
+    if v is None:
+        return None
+    tp = col.type
+    if tp in _INT_CODES:
+        if type(v) is int:
+            return str(v)
+    elif tp in _UINT_CODES:
+        # TiCDC writes the BIT value, ENUM index and SET bit mask as an unsigned number.
+        if type(v) is int and v >= 0:
+            return str(v)
+    elif tp == _T.FLOAT or tp == _T.DOUBLE:
+        if type(v) is float or type(v) is int:
+            return _go_float(v)
+    elif col.flags & _F.BINARY and tp in TEXT_OR_BINARY_TYPES:
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            # Canal's rule: every byte becomes the ISO-8859-1 character of the same number.
+            return bytes(v).decode("latin-1")
+    elif isinstance(v, str):
+        return v
+    raise EncodeError(
+        f"{PROTOCOL}: column {col.name!r} of type code {tp} cannot hold a {type(v).__name__} value"
+    )
+
+
+def _text(value: Any, what: str) -> str:
+    """``value`` quoted as a JSON string.
+
+    Raises:
+        EncodeError: ``value`` is not a str.
+    """
+    if not isinstance(value, str):
+        raise EncodeError(f"{PROTOCOL}: {what} must be a str, got {type(value).__name__}")
+    return _quote(value)
+
+
+def _object(pairs: Sequence[tuple[str, str]]) -> str:
+    return "{" + ",".join(_quote(k) + ":" + v for k, v in pairs) + "}"
+
+
+class CanalJsonEncoder:
+    """Writes events as TiCDC's Canal-JSON sink does: one event per message, null key.
+
+    Options (TiCDC sink-uri names): ``enable-tidb-extension`` (default false) adds ``_tidb.commitTs``
+    and makes resolved events into TIDB_WATERMARK messages; ``only-output-updated-columns`` (default
+    false) writes only the changed columns in an UPDATE's ``old``.
+
+    ``es`` and ``ts`` are both the commit ts's physical time (``commit_ts >> 18``, milliseconds), so the
+    output is deterministic (TiCDC writes the wall clock into ``ts``). Fields come in the order of the
+    TiCDC document's examples (``data`` before ``old``; TiCDC's own DML writer puts ``old`` first, which
+    no JSON reader can tell apart). Without ``_tidb`` a row's ``es``/``ts`` is 0 when it has no commit ts.
+    """
+
+    protocol = PROTOCOL
+
+    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+        """An encoder writing as a changefeed with these sink-uri ``options`` would.
+
+        Raises:
+            ValueError: an option is not a boolean word.
+        """
+        opts = dict(options or {})
+        self._extension = parse_bool_option(opts, "enable-tidb-extension", False)
+        self._only_updated = parse_bool_option(opts, "only-output-updated-columns", False)
+
+    def encode(self, events: Sequence[Event]) -> list[Message]:
+        """One message per event, in order.
+
+        Raises:
+            EncodeError: a resolved event without the TiDB extension, a row without the image its
+                operation needs, a value that does not fit its column type, a type Canal-JSON cannot
+                carry, a commit ts outside 0..2^64-1.
+        """
+        return [Message(None, self._encode_one(e)) for e in events]
+
+    def _ts(self, ts: Any, what: str) -> int:
+        if type(ts) is not int or not 0 <= ts < _U64_LIMIT:
+            raise EncodeError(f"{PROTOCOL}: {what} must be an unsigned 64-bit integer, got {ts!r}")
+        return ts
+
+    def _tail(self, commit_ts: int | None) -> tuple[str, str]:
+        """(es/ts value, _tidb suffix) for an event's commit ts."""
+        if commit_ts is None:
+            if self._extension:
+                raise EncodeError(f"{PROTOCOL}: enable-tidb-extension needs a commit ts on every event")
+            return "0", ""
+        ts = self._ts(commit_ts, "commit ts")
+        suffix = f',"_tidb":{{"commitTs":{ts}}}' if self._extension else ""
+        return str(ts >> 18), suffix
+
+    def _encode_one(self, event: Event) -> bytes:
+        if isinstance(event, RowChange):
+            text = self._row(event)
+        elif isinstance(event, DDLEvent):
+            text = self._ddl(event)
+        elif isinstance(event, ResolvedEvent):
+            text = self._watermark(event)
+        else:
+            raise EncodeError(f"{PROTOCOL}: not an event: {type(event).__name__}")
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate in some text
+            raise EncodeError(f"{PROTOCOL}: text is not valid Unicode: {exc}") from None
+
+    def _watermark(self, event: ResolvedEvent) -> str:
+        if not self._extension:
+            # TiCDC sends no watermark without the extension (there is no field to carry it).
+            raise EncodeError(f"{PROTOCOL}: resolved events need enable-tidb-extension=true")
+        ts = self._ts(event.commit_ts, "resolved ts")
+        es = ts >> 18
+        return (
+            '{"id":0,"database":"","table":"","pkNames":null,"isDdl":false,"type":"TIDB_WATERMARK",'
+            f'"es":{es},"ts":{es},"sql":"","sqlType":null,"mysqlType":null,"data":null,"old":null,'
+            f'"_tidb":{{"watermarkTs":{ts}}}}}'
+        )
+
+    def _ddl(self, event: DDLEvent) -> str:
+        es, tidb = self._tail(event.commit_ts)
+        schema = _text(event.schema, "schema")
+        table = _text(event.table or "", "table")
+        query = _text(event.query, "query")
+        return (
+            f'{{"id":0,"database":{schema},"table":{table},"pkNames":null,'
+            f'"isDdl":true,"type":"{canal_event_type(event.ddl_type)}","es":{es},"ts":{es},'
+            f'"sql":{query},"sqlType":null,"mysqlType":null,"data":null,"old":null{tidb}}}'
+        )
+
+    def _row(self, event: RowChange) -> str:
+        op = event.op
+        if op == Op.INSERT or op == Op.UPDATE:
+            image, kind = event.columns, ("INSERT" if op == Op.INSERT else "UPDATE")
+        elif op == Op.DELETE:
+            image, kind = event.old, "DELETE"
+        else:
+            raise EncodeError(f"{PROTOCOL}: unknown row operation {op!r}")
+        if not image:
+            raise EncodeError(f"{PROTOCOL}: {op} event without the row image it needs")
+        es, tidb = self._tail(event.commit_ts)
+
+        values: dict[str, str | None] = {}
+        types: list[tuple[str, str]] = []
+        java: list[tuple[str, str]] = []
+        pk: list[str] = []
+        for col in image:
+            _text(col.name, "column name")
+            if col.name in values:
+                raise EncodeError(f"{PROTOCOL}: column {col.name!r} appears twice")
+            types.append((col.name, _quote(mysql_type_name(col.type, col.flags))))
+            values[col.name] = _wire_value(col)
+            java.append((col.name, str(java_sql_type(col.type, col.flags, col.value))))
+            if col.flags & _F.PRIMARY_KEY:
+                pk.append(col.name)
+        data = "[" + _object([(n, "null" if v is None else _quote(v)) for n, v in values.items()]) + "]"
+
+        old = "null"
+        if op == Op.UPDATE and event.old is not None:
+            type_of = dict(types)
+            pairs: list[tuple[str, str]] = []
+            seen: set[str] = set()
+            for col in event.old:
+                if col.name in seen:
+                    raise EncodeError(f"{PROTOCOL}: old column {col.name!r} appears twice")
+                seen.add(col.name)
+                if type_of.get(col.name) != _quote(mysql_type_name(col.type, col.flags)):
+                    raise EncodeError(
+                        f"{PROTOCOL}: old column {col.name!r} is not a column of the new image with the same type"
+                    )
+                v = _wire_value(col)
+                if self._only_updated and v == values[col.name]:
+                    continue  # TiCDC's only-output-updated-columns: unchanged columns are left out
+                pairs.append((col.name, "null" if v is None else _quote(v)))
+            old = "[" + _object(pairs) + "]"
+
+        pk_names = "[" + ",".join(_quote(n) for n in pk) + "]" if pk else "null"
+        return (
+            f'{{"id":0,"database":{_text(event.schema, "schema")},"table":{_text(event.table, "table")},'
+            f'"pkNames":{pk_names},'
+            f'"isDdl":false,"type":"{kind}","es":{es},"ts":{es},"sql":"",'
+            f'"sqlType":{_object(java)},"mysqlType":{_object(types)},"data":{data},"old":{old}{tidb}}}'
+        )

@@ -1,0 +1,236 @@
+"""Apply a planned micro-batch to the Delta tables: MERGE the collapsed rows, replay DDL.
+
+The applier turns the steps of a :class:`~ticdc_delta.core.batch_planner.BatchPlan` into sink calls, each
+carrying the batch's Delta app transaction (:func:`~ticdc_delta.delta.sink.batch_txn`), so re-running a
+batch that crashed half-way commits only what the first attempt did not.
+
+What the applier knows of each table (:class:`TableCatalog`) — column type parameters a DDL gave
+(DECIMAL precision/scale, ENUM/SET members, fsp) — is saved with the job state so it survives restarts.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import pyarrow as pa
+
+from ..core.batch_planner import RowsStep
+from ..core.merge import DELETE, TableChanges
+from ..core.records import DDLRecord
+from .arrow_types import TypeParams, arrow_field_for, converter_for, arrow_type_for
+from .sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, TableSink, batch_txn
+
+__all__ = ["TableCatalog", "ApplyResult", "DeltaApplier", "METADATA_COMMIT_TS", "METADATA_OP"]
+
+log = logging.getLogger(__name__)
+
+METADATA_COMMIT_TS = "_tidb_commit_ts"
+METADATA_OP = "_tidb_op"
+
+
+class TableCatalog:
+    """Per upstream table: type parameters of its columns known from DDL (JSON-able for the state)."""
+
+    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
+        self._params: dict[str, dict[str, TypeParams]] = {}
+        for table, cols in (data or {}).items():
+            self._params[table] = {
+                name: TypeParams(p.get("precision"), p.get("scale"),
+                                 tuple(p["members"]) if p.get("members") is not None else None, p.get("fsp"))
+                for name, p in cols.items()
+            }
+
+    @staticmethod
+    def _key(schema: str, table: str) -> str:
+        return f"{schema}\x00{table}"
+
+    def params(self, schema: str, table: str, column: str) -> TypeParams | None:
+        return self._params.get(self._key(schema, table), {}).get(column.lower())
+
+    def set_params(self, schema: str, table: str, column: str, params: TypeParams) -> None:
+        if params != TypeParams():
+            self._params.setdefault(self._key(schema, table), {})[column.lower()] = params
+
+    def drop_table(self, schema: str, table: str) -> None:
+        self._params.pop(self._key(schema, table), None)
+
+    def rename_table(self, old: tuple[str, str], new: tuple[str, str]) -> None:
+        cols = self._params.pop(self._key(*old), None)
+        if cols is not None:
+            self._params[self._key(*new)] = cols
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            table: {
+                name: {"precision": p.precision, "scale": p.scale,
+                       "members": list(p.members) if p.members is not None else None, "fsp": p.fsp}
+                for name, p in cols.items()
+            }
+            for table, cols in self._params.items()
+        }
+
+
+@dataclass
+class ApplyResult:
+    """What one batch changed: rows merged per table (``schema.table``) and DDL applied."""
+
+    rows: dict[str, int] = field(default_factory=dict)
+    deleted: dict[str, int] = field(default_factory=dict)
+    ddl_applied: int = 0
+    ddl_ignored: int = 0
+    commit_ts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class TableOptions:
+    """Per-table settings from the YAML mapping."""
+
+    key: tuple[str, ...] | None = None
+    partition_by: tuple[str, ...] = ()
+    enabled: bool = True
+
+
+class DeltaApplier:
+    """Applies plan steps through a :class:`TableSink`.
+
+    Args:
+        sink: where tables live.
+        app_id: the job's Delta app-transaction id (the changefeed).
+        catalog: DDL-known type parameters, restored from the job state.
+        table_options: per-table YAML settings (``(schema, table)`` → :class:`TableOptions`) as a function.
+        metadata_columns: ``None`` for none, else the names ``(commit_ts column, op column)``.
+        source_timezone: the zone TIMESTAMP text is read in.
+        ddl_handler: replays one DDL; returns True if it changed anything (set by the job, see
+            :mod:`ticdc_delta.delta.ddl_replay`).
+    """
+
+    def __init__(
+        self,
+        sink: TableSink,
+        app_id: str,
+        *,
+        catalog: TableCatalog | None = None,
+        table_options: Callable[[str, str], TableOptions] | None = None,
+        metadata_columns: tuple[str, str] | None = None,
+        source_timezone: str = "UTC",
+        ddl_handler: Callable[[DDLRecord, "DeltaApplier", int], bool] | None = None,
+    ) -> None:
+        self.sink = sink
+        self.app_id = app_id
+        self.catalog = catalog or TableCatalog()
+        self._options = table_options or (lambda s, t: TableOptions())
+        self.metadata_columns = metadata_columns
+        self.tz = source_timezone
+        self._ddl_handler = ddl_handler
+        self._steps: dict[TableIdent, int] = {}
+
+    # --- transactions --------------------------------------------------------------------------------
+
+    def next_txn(self, ident: TableIdent, batch_id: int) -> Any:
+        """The app transaction of the next data commit to ``ident`` in this batch."""
+        step = self._steps.get(ident, 0)
+        self._steps[ident] = step + 1
+        return batch_txn(self.app_id, batch_id, step)
+
+    def schema_txn(self, batch_id: int) -> Any:
+        return batch_txn(self.app_id, batch_id, 0)
+
+    def options(self, schema: str, table: str) -> TableOptions:
+        return self._options(schema, table)
+
+    # --- the batch -----------------------------------------------------------------------------------
+
+    def apply(self, steps: Sequence[RowsStep | DDLRecord], batch_id: int) -> ApplyResult:
+        """Apply every step in order.
+
+        Raises:
+            SinkError, ConcurrentCommitError: from the sink; DDLPolicyError from the DDL handler.
+        """
+        self._steps = {}
+        result = ApplyResult()
+        for step in steps:
+            if isinstance(step, DDLRecord):
+                changed = self._ddl_handler(step, self, batch_id) if self._ddl_handler else False
+                if changed:
+                    result.ddl_applied += 1
+                else:
+                    result.ddl_ignored += 1
+                continue
+            for (schema, table), changes in step.tables.items():
+                opts = self.options(schema, table)
+                if not opts.enabled:
+                    continue
+                n_up, n_del, last_ts = self._apply_table(TableIdent(schema, table), changes, opts, batch_id)
+                name = f"{schema}.{table}"
+                result.rows[name] = result.rows.get(name, 0) + n_up + n_del
+                result.deleted[name] = result.deleted.get(name, 0) + n_del
+                if last_ts is not None:
+                    result.commit_ts[name] = max(result.commit_ts.get(name, 0), last_ts)
+        return result
+
+    def _field(self, ident: TableIdent, name: str, type_code: int, flags: int) -> pa.Field:
+        return arrow_field_for(name, type_code, flags, self.catalog.params(ident.schema, ident.table, name))
+
+    def _apply_table(
+        self, ident: TableIdent, tc: TableChanges, opts: TableOptions, batch_id: int
+    ) -> tuple[int, int, int | None]:
+        changes = list(tc.changes.values())
+        upserts = [c for c in changes if c.kind != DELETE]
+        # Column types come from the images: the first image carrying a column names its type.
+        col_types: dict[str, tuple[int, int]] = {}
+        for c in changes:
+            for name, type_code, flags, _ in c.image:
+                col_types.setdefault(name, (type_code, flags))
+        existing = self.sink.table_schema(ident)
+        meta = self.metadata_columns
+        if existing is None:
+            if not upserts:
+                return 0, 0, None  # deletes for a table we never had: nothing to delete
+            fields = [self._field(ident, n, t, f) for n, (t, f) in col_types.items()]
+            if meta:
+                fields += [pa.field(meta[0], pa.int64()), pa.field(meta[1], pa.string())]
+            self.sink.ensure_table(ident, pa.schema(fields), list(opts.partition_by), self.schema_txn(batch_id))
+            existing = self.sink.table_schema(ident)
+        assert existing is not None  # noqa: S101 - ensure_table just created it
+        have = {f.name.lower(): f.name for f in existing}
+        missing = [self._field(ident, n, t, f) for n, (t, f) in col_types.items() if n.lower() not in have]
+        if missing:
+            # schema drift without a DDL (Avro schema change, a DDL we did not see): evolve additively
+            self.sink.add_columns(ident, missing, self.schema_txn(batch_id))
+            log.info("added columns %s to %s.%s from row images", [f.name for f in missing], *ident)
+            have.update({f.name.lower(): f.name for f in missing})
+
+        keys = tc.key_columns
+        names = list(col_types) if upserts else list(keys)
+        images = [{col[0]: col[3] for col in c.image} for c in changes]
+        columns: list[pa.Array] = []
+        fields: list[pa.Field] = []
+        for name in names:
+            type_code, flags = col_types[name]
+            params = self.catalog.params(ident.schema, ident.table, name)
+            convert = converter_for(type_code, flags, params, self.tz)
+            values = [None if (v := img.get(name)) is None else convert(v) for img in images]
+            columns.append(pa.array(values, type=arrow_type_for(type_code, flags, params)))
+            fields.append(pa.field(have.get(name.lower(), name), columns[-1].type))
+        if meta and upserts:
+            columns.append(pa.array([c.commit_ts for c in changes], type=pa.int64()))
+            fields.append(pa.field(meta[0], pa.int64()))
+            columns.append(pa.array([c.op for c in changes], type=pa.string()))
+            fields.append(pa.field(meta[1], pa.string()))
+        columns.append(pa.array([OP_DELETE if c.kind == DELETE else OP_UPSERT for c in changes], type=pa.string()))
+        fields.append(pa.field(OP_COLUMN, pa.string()))
+        table = pa.Table.from_arrays(columns, schema=pa.schema(fields))
+        key_names = [have.get(k.lower(), k) for k in keys]
+        self.sink.merge(ident, table, key_names, self.next_txn(ident, batch_id))
+        n_del = sum(1 for c in changes if c.kind == DELETE)
+        last = max((c.commit_ts for c in changes if c.commit_ts is not None), default=None)
+        return len(changes) - n_del, n_del, last
+
+
+def iter_tables(steps: Iterable[RowsStep | DDLRecord]) -> Iterable[tuple[str, str]]:
+    """Every table a plan touches (for logging)."""
+    for step in steps:
+        if isinstance(step, RowsStep):
+            yield from step.tables

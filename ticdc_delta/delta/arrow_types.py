@@ -1,0 +1,598 @@
+"""MySQL/TiDB column types → Delta (Arrow) types, and values between the event model and Delta.
+
+The Delta target tables are typed from what the event model knows of a column (its TiCDC type code and
+flags, :mod:`ticdc_delta.codec.model`) plus what a DDL may add (decimal precision/scale, ENUM/SET members,
+fractional-seconds precision) in :class:`TypeParams`:
+
+==========================================  ====================================  ==========================
+TiDB type                                   Delta / Arrow type                    value written
+==========================================  ====================================  ==========================
+TINYINT, SMALLINT, MEDIUMINT, INT (signed   ``long`` / ``int64``                  the integer
+or unsigned), BIGINT (signed)
+BIGINT UNSIGNED                             ``decimal(20,0)``                     the integer, exact
+YEAR                                        ``integer`` / ``int32``               the year
+FLOAT, DOUBLE                               ``double`` / ``float64``              the float
+DECIMAL(p,s), p ≤ 38 known                  ``decimal(p,s)``                      exact
+DECIMAL otherwise (p > 38 or unknown)       ``string``                            TiDB's text, exact
+DATE                                        ``date`` / ``date32``                 the date
+DATETIME                                    ``timestamp_ntz`` / ``timestamp[us]`` wall-clock time
+TIMESTAMP                                   ``timestamp`` / ``timestamp[us,UTC]`` the instant
+TIME                                        ``string``                            TiDB's text
+JSON                                        ``string``                            the JSON text
+ENUM, SET                                   ``string``                            the label(s), see below
+BIT                                         ``binary``                            8 bytes, big-endian
+CHAR, VARCHAR, TEXT (no binary flag)        ``string``                            the text
+BINARY, VARBINARY, BLOB (binary flag)       ``binary``                            the bytes
+GEOMETRY                                    ``binary``                            the bytes
+NULL                                        ``string``                            always null
+==========================================  ====================================  ==========================
+
+Choices worth knowing:
+
+* **One integer type.** Every integer column except BIGINT UNSIGNED is ``int64``, so the usual integer
+  widening DDL (``TINYINT`` → ``INT`` → ``BIGINT``) never changes the Delta type and never rewrites data.
+  BIGINT UNSIGNED does not fit ``int64`` and goes to ``decimal(20,0)``.
+* **BIT is binary.** A ``BIT(64)`` value reaches 2**64-1, which no Delta integer holds; every BIT value is
+  written as exactly 8 bytes, big-endian (``b'\\x00'*7 + b'\\x51'`` for ``b'1010001'``), whatever the
+  column's width, so comparisons and ordering of equal-width values behave.
+* **TIMESTAMP** values arrive as wall-clock text in the changefeed's time zone (TiCDC formats TIMESTAMP in
+  its ``--tz``); they are interpreted in the configured *source time zone* (default ``"UTC"``, an IANA
+  name or a fixed offset such as ``"+08:00"``) and stored as UTC instants. A wall-clock time that a DST
+  change makes ambiguous takes its first occurrence (``fold=0``). DATETIME has no zone and is stored as
+  Delta ``timestamp_ntz``.
+* **Zero dates.** MySQL's zero and partly-zero dates (``0000-00-00``, ``2020-00-15``, year ``0000``) have
+  no Delta value and are written as null.
+* **ENUM/SET.** The label is stored. Where the wire carries the number (index for ENUM, bit mask for SET:
+  Open Protocol, Craft, Canal-JSON) and the members are known from DDL, the number becomes the label(s);
+  SET labels are joined with ``","`` in definition order, as MySQL prints them. ENUM index 0 (MySQL's
+  invalid-value marker) is ``""``. Where the members are unknown, or the number lies outside them, the
+  number is stored as decimal text (``"3"``).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date, datetime, timedelta, timezone, tzinfo
+from decimal import Context, Decimal, InvalidOperation
+from functools import lru_cache
+from typing import Any, Callable, Iterable, NamedTuple
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import pyarrow as pa
+
+from ticdc_delta.codec.model import (
+    ColumnFlag,
+    TEXT_OR_BINARY_TYPES,
+    TypeCode,
+    is_binary_column,
+)
+from ticdc_delta.errors import ConfigError, SinkError
+
+__all__ = [
+    "TypeParams",
+    "MAX_DECIMAL_PRECISION",
+    "BIGINT_UNSIGNED_TYPE",
+    "BIT_WIDTH_BYTES",
+    "arrow_type_for",
+    "arrow_field_for",
+    "converter_for",
+    "convert_value",
+    "to_arrow_array",
+    "canonical_from_delta",
+    "source_zone",
+]
+
+MAX_DECIMAL_PRECISION = 38
+"""Largest precision of a Delta decimal; wider MySQL DECIMALs (up to 65) are stored as text."""
+
+BIGINT_UNSIGNED_TYPE = pa.decimal128(20, 0)
+"""Delta type of BIGINT UNSIGNED: 20 digits hold 18446744073709551615."""
+
+BIT_WIDTH_BYTES = 8
+"""Every BIT value is stored as this many bytes, big-endian."""
+
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+_UINT64_MAX = (1 << 64) - 1
+
+_SMALL_INTEGER_TYPES = frozenset(
+    {TypeCode.TINYINT, TypeCode.SMALLINT, TypeCode.MEDIUMINT, TypeCode.INT, TypeCode.BIGINT}
+)
+_DATE_TYPES = frozenset({TypeCode.DATE, TypeCode.NEWDATE})
+_STRING_TYPES = frozenset({TypeCode.TIME, TypeCode.JSON, TypeCode.NULL})
+_LABEL_TYPES = frozenset({TypeCode.ENUM, TypeCode.SET})
+
+# Decimal arithmetic wide enough for DECIMAL(65, 30) without rounding.
+_DECIMAL_CONTEXT = Context(prec=100)
+
+_OFFSET_RE = re.compile(r"^(?:UTC|GMT)?([+-])(\d{1,2}):?(\d{2})$")
+
+
+class TypeParams(NamedTuple):
+    """What a DDL adds to a column's type code; every field is optional.
+
+    ``precision``/``scale`` of DECIMAL (MySQL's ``DECIMAL(p)`` means scale 0); ``members`` of ENUM/SET in
+    definition order; ``fsp`` (fractional seconds precision, 0..6) of DATETIME/TIMESTAMP, used only to
+    print values back in TiDB's format (:func:`canonical_from_delta`).
+    """
+
+    precision: int | None = None
+    scale: int | None = None
+    members: tuple[str, ...] | None = None
+    fsp: int | None = None
+
+
+_NO_PARAMS = TypeParams()
+
+
+def _decimal_precision_scale(params: TypeParams) -> tuple[int, int] | None:
+    """``(p, s)`` when the DECIMAL fits a Delta decimal, else ``None`` (stored as text).
+
+    Raises:
+        SinkError: the DDL's precision/scale are impossible (scale above precision, negative).
+    """
+    p, s = params.precision, params.scale
+    if p is None:
+        return None
+    if s is None:
+        s = 0  # MySQL: DECIMAL(M) is DECIMAL(M, 0)
+    if p < 1 or s < 0 or s > p:
+        raise SinkError(f"invalid DECIMAL({p},{s}): expected 1 <= precision and 0 <= scale <= precision")
+    if p > MAX_DECIMAL_PRECISION:
+        return None
+    return p, s
+
+
+def arrow_type_for(type_code: int, flags: int, params: TypeParams | None = None) -> pa.DataType:
+    """The Arrow type of a target column (see the module docstring for the table).
+
+    Raises:
+        SinkError: an unknown type code, or impossible DECIMAL parameters.
+    """
+    params = params or _NO_PARAMS
+    try:
+        tc = TypeCode(type_code)
+    except ValueError:
+        raise SinkError(f"no Delta type for TiCDC type code {type_code!r}") from None
+    if tc in _SMALL_INTEGER_TYPES:
+        if tc is TypeCode.BIGINT and flags & ColumnFlag.UNSIGNED:
+            return BIGINT_UNSIGNED_TYPE
+        return pa.int64()
+    if tc is TypeCode.YEAR:
+        return pa.int32()
+    if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+        return pa.float64()
+    if tc is TypeCode.DECIMAL:
+        ps = _decimal_precision_scale(params)
+        return pa.string() if ps is None else pa.decimal128(*ps)
+    if tc in _DATE_TYPES:
+        return pa.date32()
+    if tc is TypeCode.DATETIME:
+        return pa.timestamp("us")
+    if tc is TypeCode.TIMESTAMP:
+        return pa.timestamp("us", tz="UTC")
+    if tc in _STRING_TYPES or tc in _LABEL_TYPES:
+        return pa.string()
+    if tc is TypeCode.BIT or tc is TypeCode.GEOMETRY:
+        return pa.binary()
+    if tc in TEXT_OR_BINARY_TYPES:
+        return pa.binary() if is_binary_column(tc, flags) else pa.string()
+    raise SinkError(f"no Delta type for TiCDC type code {type_code!r}")  # pragma: no cover - enum is closed
+
+
+def arrow_field_for(name: str, type_code: int, flags: int, params: TypeParams | None = None) -> pa.Field:
+    """A nullable Arrow field for a target column.
+
+    Target columns are always nullable: a column added by DDL is null in older rows, and Delta cannot add
+    a NOT NULL column to a table that has rows.
+
+    Raises:
+        SinkError: as :func:`arrow_type_for`.
+    """
+    return pa.field(name, arrow_type_for(type_code, flags, params), nullable=True)
+
+
+@lru_cache(maxsize=64)
+def source_zone(tz: str) -> tzinfo:
+    """The time zone TIMESTAMP text is read in: an IANA name (``"Asia/Shanghai"``), ``"UTC"``, or a fixed
+    offset (``"+08:00"``, ``"-0530"``, ``"UTC+08:00"``).
+
+    Raises:
+        ConfigError: the name is neither a known zone nor an offset.
+    """
+    if tz in ("UTC", "Z", "utc"):
+        return timezone.utc
+    m = _OFFSET_RE.match(tz)
+    if m:
+        sign = -1 if m.group(1) == "-" else 1
+        hours, minutes = int(m.group(2)), int(m.group(3))
+        if hours > 23 or minutes > 59:
+            raise ConfigError(f"source time zone {tz!r}: offset out of range")
+        return timezone(sign * timedelta(hours=hours, minutes=minutes))
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigError(
+            f"source time zone {tz!r} is not an IANA time zone name or a UTC offset like '+08:00'"
+        ) from exc
+
+
+# --- model value → Delta value -------------------------------------------------------------------------
+
+
+def _bad(value: Any, what: str) -> SinkError:
+    return SinkError(f"cannot write {value!r} as {what}")
+
+
+def _is_zero_date(text: str) -> bool:
+    # MySQL zero / partly-zero dates ("0000-00-00", "2020-00-15", "2020-01-00"); year 0 has no
+    # proleptic-Gregorian value in Delta either.
+    return text[0:4] == "0000" or text[5:7] == "00" or text[8:10] == "00"
+
+
+def _to_int64(value: Any) -> int | None:
+    if value is None:
+        return None
+    if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
+        return value
+    try:
+        v = int(value) if not isinstance(value, float) else None
+    except (TypeError, ValueError):
+        v = None
+    if v is None or not _INT64_MIN <= v <= _INT64_MAX:
+        raise _bad(value, "a 64-bit integer")
+    return v
+
+
+def _to_year(value: Any) -> int | None:
+    v = _to_int64(value)
+    if v is not None and not 0 <= v <= 9999:
+        raise _bad(value, "a YEAR")
+    return v
+
+
+def _to_uint64_decimal(value: Any) -> Decimal | None:
+    if value is None:
+        return None
+    try:
+        v = int(value) if not isinstance(value, float) else None
+    except (TypeError, ValueError):
+        v = None
+    if v is None or not 0 <= v <= _UINT64_MAX:
+        raise _bad(value, "a BIGINT UNSIGNED")
+    return Decimal(v)
+
+
+def _to_float(value: Any) -> float | None:
+    if value is None:
+        return None
+    if type(value) is float:
+        return value
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise _bad(value, "a FLOAT/DOUBLE") from None
+
+
+def _decimal_converter(precision: int, scale: int) -> Callable[[Any], Decimal | None]:
+    quantum = Decimal(1).scaleb(-scale)
+    what = f"DECIMAL({precision},{scale})"
+
+    def convert(value: Any) -> Decimal | None:
+        if value is None:
+            return None
+        try:
+            d = value if isinstance(value, Decimal) else Decimal(str(value))
+            q = d.quantize(quantum, context=_DECIMAL_CONTEXT)
+        except (InvalidOperation, TypeError, ValueError):
+            raise _bad(value, what) from None
+        # Rounding or overflow would lose what TiDB stored: refuse rather than write a different number.
+        if not d.is_finite() or q != d or len(q.as_tuple().digits) > precision:
+            raise _bad(value, what)
+        return q
+
+    return convert
+
+
+def _to_text_decimal(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, Decimal)):
+        return str(value)
+    raise _bad(value, "DECIMAL text")
+
+
+def _to_date(value: Any) -> date | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.date()
+    if isinstance(value, date):
+        return value
+    if not isinstance(value, str):
+        raise _bad(value, "a DATE")
+    if _is_zero_date(value):
+        return None
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise _bad(value, "a DATE") from None
+
+
+def _parse_wall_clock(value: Any, what: str) -> datetime | None:
+    """TiDB's ``YYYY-MM-DD HH:MM:SS[.ffffff]`` as a naive datetime; ``None`` for a zero date."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str):
+        raise _bad(value, what)
+    if _is_zero_date(value):
+        return None
+    try:
+        d = datetime.fromisoformat(value)
+    except ValueError:
+        raise _bad(value, what) from None
+    if d.tzinfo is not None:
+        raise _bad(value, f"{what} (no zone expected)")
+    return d
+
+
+def _to_datetime(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    return _parse_wall_clock(value, "a DATETIME")
+
+
+def _timestamp_converter(tz: str) -> Callable[[Any], datetime | None]:
+    zone = source_zone(tz)
+    utc = timezone.utc
+
+    def convert(value: Any) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, datetime) and value.tzinfo is not None:
+            return value.astimezone(utc)
+        d = _parse_wall_clock(value, "a TIMESTAMP")
+        if d is None:
+            return None
+        try:
+            return d.replace(tzinfo=zone).astimezone(utc)
+        except OverflowError:
+            raise _bad(value, f"a TIMESTAMP in zone {tz}") from None
+
+    return convert
+
+
+def _to_str(value: Any) -> str | None:
+    if value is None or type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise _bad(value, "UTF-8 text") from None
+    raise _bad(value, "text")
+
+
+def _to_bytes(value: Any) -> bytes | None:
+    if value is None or type(value) is bytes:
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise _bad(value, "bytes (binary column)")
+
+
+def _to_bit(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        if len(raw) > BIT_WIDTH_BYTES:
+            raise _bad(value, "a BIT (at most 64 bits)")
+        return raw.rjust(BIT_WIDTH_BYTES, b"\x00")
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _UINT64_MAX:
+        return value.to_bytes(BIT_WIDTH_BYTES, "big")
+    raise _bad(value, "a BIT (0 .. 2**64-1)")
+
+
+def _null(_value: Any) -> None:
+    return None
+
+
+def _enum_converter(members: tuple[str, ...] | None) -> Callable[[Any], str | None]:
+    def convert(value: Any) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _bad(value, "an ENUM (index or label)")
+        if members is not None:
+            if value == 0:
+                return ""  # MySQL stores an invalid ENUM value as index 0, printed as ''
+            if 1 <= value <= len(members):
+                return members[value - 1]  # ENUM indexes count from 1
+        return str(value)
+
+    return convert
+
+
+def _set_converter(members: tuple[str, ...] | None) -> Callable[[Any], str | None]:
+    def convert(value: Any) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise _bad(value, "a SET (bit mask or labels)")
+        if members is not None and value >> len(members) == 0:
+            # Bit i is the i-th member; MySQL prints the members in definition order, comma-separated.
+            return ",".join(m for i, m in enumerate(members) if value >> i & 1)
+        return str(value)
+
+    return convert
+
+
+@lru_cache(maxsize=4096)
+def converter_for(
+    type_code: int, flags: int, params: TypeParams | None = None, tz: str = "UTC"
+) -> Callable[[Any], Any]:
+    """A function from a model value (see :mod:`ticdc_delta.codec.model`) to the Python value pyarrow
+    accepts for :func:`arrow_type_for` of the same column. Cached: build rows column by column with it.
+
+    The returned function raises :class:`~ticdc_delta.errors.SinkError` for a value the target type cannot
+    hold exactly (a decimal with more digits than its scale, an integer out of range, an invalid date).
+
+    Raises:
+        SinkError: an unknown type code or impossible DECIMAL parameters.
+        ConfigError: ``tz`` is not a time zone.
+    """
+    params = params or _NO_PARAMS
+    target = arrow_type_for(type_code, flags, params)
+    tc = TypeCode(type_code)
+    if tc in _SMALL_INTEGER_TYPES:
+        return _to_uint64_decimal if target == BIGINT_UNSIGNED_TYPE else _to_int64
+    if tc is TypeCode.YEAR:
+        return _to_year
+    if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+        return _to_float
+    if tc is TypeCode.DECIMAL:
+        if pa.types.is_decimal(target):
+            return _decimal_converter(target.precision, target.scale)
+        return _to_text_decimal
+    if tc in _DATE_TYPES:
+        return _to_date
+    if tc is TypeCode.DATETIME:
+        return _to_datetime
+    if tc is TypeCode.TIMESTAMP:
+        return _timestamp_converter(tz)
+    if tc is TypeCode.NULL:
+        return _null
+    if tc is TypeCode.ENUM:
+        return _enum_converter(params.members)
+    if tc is TypeCode.SET:
+        return _set_converter(params.members)
+    if tc is TypeCode.BIT:
+        return _to_bit
+    if pa.types.is_binary(target):
+        return _to_bytes
+    return _to_str
+
+
+def convert_value(
+    value: Any, type_code: int, flags: int, params: TypeParams | None = None, tz: str = "UTC"
+) -> Any:
+    """One model value as the Python value pyarrow accepts for the column's Delta type.
+
+    ``tz`` is the source time zone of TIMESTAMP text. Zero dates become ``None``.
+
+    Raises:
+        SinkError: the value cannot be stored exactly in the column's Delta type.
+        ConfigError: ``tz`` is not a time zone.
+    """
+    return converter_for(type_code, int(flags), params, tz)(value)
+
+
+def to_arrow_array(
+    values: Iterable[Any], type_code: int, flags: int, params: TypeParams | None = None, tz: str = "UTC"
+) -> pa.Array:
+    """A column of model values as an Arrow array of the column's Delta type.
+
+    Raises:
+        SinkError: a value cannot be stored exactly in the column's Delta type.
+        ConfigError: ``tz`` is not a time zone.
+    """
+    convert = converter_for(type_code, int(flags), params, tz)
+    target = arrow_type_for(type_code, flags, params)
+    return pa.array([convert(v) for v in values], type=target)
+
+
+# --- Delta value → model value (for comparing Delta contents with an oracle) ---------------------------
+
+
+def _format_wall_clock(d: datetime, fsp: int | None) -> str:
+    # strftime("%Y") does not zero-pad years below 1000 on every platform; format the fields by hand.
+    text = (
+        f"{d.year:04d}-{d.month:02d}-{d.day:02d} {d.hour:02d}:{d.minute:02d}:{d.second:02d}"
+    )
+    if fsp is None:
+        return f"{text}.{d.microsecond:06d}" if d.microsecond else text
+    return f"{text}.{d.microsecond:06d}"[: len(text) + 1 + fsp] if fsp > 0 else text
+
+
+def canonical_from_delta(
+    value: Any,
+    type_code: int,
+    flags: int,
+    params: TypeParams | None = None,
+    tz: str = "UTC",
+    *,
+    enum_labels: bool = False,
+) -> Any:
+    """The inverse of :func:`convert_value`: a value read back from Delta, as the event model writes it.
+
+    DECIMAL → ``str`` with exactly ``scale`` fractional digits; DATE → ``"YYYY-MM-DD"``; DATETIME and
+    TIMESTAMP → ``"YYYY-MM-DD HH:MM:SS[.ffffff]"`` (TIMESTAMP in the source zone ``tz``; the fraction has
+    ``params.fsp`` digits when known, else six digits when non-zero, else none); BIGINT UNSIGNED → ``int``;
+    BIT → ``int``; ENUM/SET → the index / bit mask when ``params.members`` are known (or the stored text
+    is a number), else the label text; with ``enum_labels=True`` ENUM/SET stay labels. Zero dates were
+    stored as null and come back as ``None``.
+
+    Raises:
+        SinkError: an unknown type code, or a label that is not among ``params.members``.
+        ConfigError: ``tz`` is not a time zone.
+    """
+    if value is None:
+        return None
+    params = params or _NO_PARAMS
+    target = arrow_type_for(type_code, flags, params)
+    tc = TypeCode(type_code)
+    if tc in _SMALL_INTEGER_TYPES or tc is TypeCode.YEAR:
+        return int(value)
+    if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+        return float(value)
+    if tc is TypeCode.DECIMAL:
+        if pa.types.is_decimal(target):
+            d = Decimal(value).quantize(Decimal(1).scaleb(-target.scale), context=_DECIMAL_CONTEXT)
+            return format(d, "f")
+        return str(value)
+    if tc in _DATE_TYPES:
+        return value.isoformat()
+    if tc is TypeCode.DATETIME:
+        return _format_wall_clock(value, params.fsp)
+    if tc is TypeCode.TIMESTAMP:
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        local = value.astimezone(source_zone(tz)).replace(tzinfo=None)
+        return _format_wall_clock(local, params.fsp)
+    if tc is TypeCode.BIT:
+        return int.from_bytes(value, "big")
+    if tc in _LABEL_TYPES:
+        return value if enum_labels else _label_to_number(value, tc, params.members)
+    if tc is TypeCode.NULL:
+        return None
+    if pa.types.is_binary(target):
+        return bytes(value)
+    return str(value)
+
+
+def _label_to_number(text: str, tc: TypeCode, members: tuple[str, ...] | None) -> int | str:
+    if members is None:
+        return int(text) if text.isdigit() else text
+    if tc is TypeCode.ENUM:
+        if text == "":
+            return 0
+        if text in members:
+            return members.index(text) + 1
+        if text.isdigit():
+            return int(text)  # stored as a number: it was outside the known members
+        raise SinkError(f"ENUM label {text!r} is not one of {list(members)}")
+    if text == "":
+        return 0
+    if text.isdigit() and text not in members:
+        return int(text)
+    mask = 0
+    for label in text.split(","):
+        if label not in members:
+            raise SinkError(f"SET label {label!r} is not one of {list(members)}")
+        mask |= 1 << members.index(label)
+    return mask

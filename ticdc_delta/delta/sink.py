@@ -1,0 +1,749 @@
+"""Writing change batches to Delta tables: the :class:`TableSink` interface and :class:`DeltaRsSink`.
+
+:class:`DeltaRsSink` writes through delta-rs (the ``deltalake`` package) on the Spark driver: no JVM, one
+Arrow table per table per micro-batch. A delta-spark sink for clusters can implement the same
+:class:`TableSink` later; the callers depend only on the interface.
+
+**Exactly-once commits.** Every data commit carries a Delta *app transaction* ``(app_id, version)``
+(Delta protocol: ``txn`` action, "set transaction"). Before writing, the sink reads the table's latest
+version for ``app_id``; when it is already ``>= version`` the call does nothing: a previous attempt of
+the same micro-batch committed it. This is what makes a re-run batch apply nothing twice. It relies on
+the versions of one ``app_id`` growing with every data commit to a table, so a batch that writes one
+table more than once (rows, TRUNCATE, more rows) must give each write its own, larger version:
+:func:`batch_txn` packs ``(batch_id, step)`` into one version for that.
+
+Schema commits (:meth:`~TableSink.ensure_table`, :meth:`~TableSink.add_columns`) are idempotent by
+themselves (create if missing, add only the columns not there yet). They carry the transaction under
+``app_id + SCHEMA_TXN_SUFFIX`` so that a schema change committed earlier in a batch does not make the
+batch's data commit for the same table look already done.
+
+**Reading back.** ``DeltaTable.to_pyarrow_table()`` / ``to_pyarrow_dataset()`` can make the process abort
+at exit (delta-rs issue 2184: "terminate called without an active exception"; reproduced here with
+deltalake 1.6.6 in 4 of 20 runs). :func:`read_table` reads through delta-rs's own DataFusion scan
+(``DeltaTable.scan``) instead, which exited cleanly in 40 of 40 runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence, TypeVar, runtime_checkable
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import (
+    CommitProperties,
+    DeltaTable,
+    Field as DeltaField,
+    Transaction,
+    WriterProperties,
+    write_deltalake,
+)
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.fs import DeltaStorageHandler
+
+from ticdc_delta.errors import ConcurrentCommitError, SinkError
+
+__all__ = [
+    "OP_COLUMN",
+    "OP_UPSERT",
+    "OP_DELETE",
+    "SCHEMA_TXN_SUFFIX",
+    "STEPS_PER_BATCH",
+    "TableIdent",
+    "Txn",
+    "MergeStats",
+    "TableSink",
+    "DeltaRsSink",
+    "batch_txn",
+    "quote_identifier",
+    "path_component",
+    "read_table",
+    "run_commit",
+    "check_txn",
+    "commit_properties",
+    "already_applied",
+]
+
+log = logging.getLogger(__name__)
+
+OP_COLUMN = "_op"
+"""Column of a ``merge`` change table saying what to do with the key: :data:`OP_UPSERT` or
+:data:`OP_DELETE`. Reserved: a target table cannot have a column of this name."""
+OP_UPSERT = "u"
+OP_DELETE = "d"
+
+SCHEMA_TXN_SUFFIX = "/schema"
+"""Appended to the app id of the transaction recorded by schema commits (see the module docstring)."""
+
+_RESERVED = f"{OP_COLUMN!r} is reserved for merge operations and cannot be a table column"
+
+STEPS_PER_BATCH = 1024
+"""Data commits one micro-batch may make to one table, with :func:`batch_txn`."""
+
+R = TypeVar("R")
+
+
+class TableIdent(NamedTuple):
+    """An upstream table: TiDB schema (database) and table name."""
+
+    schema: str
+    table: str
+
+
+class Txn(NamedTuple):
+    """A Delta app transaction: the writer's id and a version that grows with every data commit."""
+
+    app_id: str
+    version: int
+
+
+def batch_txn(app_id: str, batch_id: int, step: int = 0) -> Txn:
+    """The transaction of data commit ``step`` (0-based) of micro-batch ``batch_id`` to one table.
+
+    Raises:
+        ValueError: ``batch_id`` is negative or ``step`` is outside ``0 .. STEPS_PER_BATCH - 1``.
+    """
+    if batch_id < 0:
+        raise ValueError(f"batch_id must be >= 0, got {batch_id}")
+    if not 0 <= step < STEPS_PER_BATCH:
+        raise ValueError(f"step must be in 0..{STEPS_PER_BATCH - 1}, got {step}")
+    return Txn(app_id, batch_id * STEPS_PER_BATCH + step)
+
+
+@dataclass(frozen=True)
+class MergeStats:
+    """What one write did. ``skipped``: the transaction was already committed, nothing was written."""
+
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    version: int | None = None
+    skipped: bool = False
+
+
+@runtime_checkable
+class TableSink(Protocol):
+    """Where change batches land: one Delta table per upstream table.
+
+    ``txn`` is ``(app_id, version)`` (:class:`Txn`); see the module docstring for how it makes every
+    write idempotent.
+    """
+
+    def table_path(self, schema: str, table: str) -> str:
+        """The location of the Delta table of an upstream table."""
+        ...
+
+    def table_schema(self, ident: TableIdent) -> pa.Schema | None:
+        """The table's current Arrow schema, or ``None`` when it does not exist.
+
+        Raises:
+            SinkError: the table cannot be read.
+        """
+        ...
+
+    def ensure_table(
+        self, ident: TableIdent, arrow_schema: pa.Schema, partition_by: Sequence[str] | None, txn: Txn
+    ) -> bool:
+        """Create the table if it is missing; ``True`` when this call created it.
+
+        Raises:
+            SinkError: the table cannot be created.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        ...
+
+    def add_columns(self, ident: TableIdent, fields: Sequence[pa.Field], txn: Txn) -> list[str]:
+        """Add the (nullable) columns the table does not have yet; the names added.
+
+        Raises:
+            SinkError: the table is missing, or has a column of that name with another type.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        ...
+
+    def merge(
+        self, ident: TableIdent, changes: pa.Table, key_columns: Sequence[str], txn: Txn
+    ) -> MergeStats:
+        """Apply one change per key: ``_op`` ``'u'`` upserts the row, ``'d'`` deletes it.
+
+        Raises:
+            SinkError: the table is missing or the changes do not fit it.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        ...
+
+    def append(self, ident: TableIdent, rows: pa.Table, txn: Txn) -> MergeStats:
+        """Append rows (creating the table from their schema if it is missing).
+
+        Raises:
+            SinkError: the rows do not fit the table.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        ...
+
+    def overwrite_empty(self, ident: TableIdent, txn: Txn) -> bool:
+        """TRUNCATE: a new table version with no rows; ``True`` unless already done.
+
+        Raises:
+            SinkError: the table is missing.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        ...
+
+    def drop(self, ident: TableIdent) -> bool:
+        """Remove the table and its files; ``True`` when there was a table.
+
+        Raises:
+            SinkError: the files cannot be removed.
+        """
+        ...
+
+    def read(self, ident: TableIdent) -> pa.Table:
+        """The table's current rows (order not defined).
+
+        Raises:
+            SinkError: the table is missing or cannot be read.
+        """
+        ...
+
+
+def quote_identifier(name: str) -> str:
+    """A column name as a delta-rs (DataFusion SQL) identifier: backticks, embedded backticks doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+# Characters a schema or table name may hold (MySQL allows any but NUL) that cannot be part of one
+# path component. Encoded the way MySQL names its own files (@XXXX, "Mapping of Identifiers to File
+# Names"); '%' escapes are no good here because delta-rs decodes them in local paths.
+_PATH_ESCAPES = {"/": "@002f", "\\": "@005c", "\x00": "@0000"}
+
+
+def path_component(name: str) -> str:
+    """A schema or table name as one path component.
+
+    Spaces, unicode, backticks and ``%`` are kept as they are; ``/``, ``\\`` and NUL, and the whole
+    names ``.`` and ``..``, are encoded as MySQL encodes file names (``a/b`` → ``a@002fb``).
+
+    Raises:
+        SinkError: the name is empty.
+    """
+    if not name:
+        raise SinkError("an empty schema or table name has no Delta path")
+    if name in (".", ".."):
+        return name.replace(".", "@002e")
+    if any(c in name for c in _PATH_ESCAPES):
+        return "".join(_PATH_ESCAPES.get(c, c) for c in name)
+    return name
+
+
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with Arrow view types (what DataFusion scans produce) replaced by the plain ones."""
+    if t == pa.string_view():
+        return pa.string()
+    if t == pa.binary_view():
+        return pa.binary()
+    if pa.types.is_list_view(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
+        item = t.value_field
+        return pa.list_(item.with_type(_plain_type(item.type)))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_plain_type(f.type)) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(_plain_type(t.key_type), t.item_field.with_type(_plain_type(t.item_type)))
+    return t
+
+
+def read_table(
+    path: str, *, storage_options: Mapping[str, str] | None = None, columns: Sequence[str] | None = None
+) -> pa.Table:
+    """The current rows of the Delta table at ``path``, with plain (non-view) Arrow types.
+
+    Safe to use in a process that must exit cleanly: it reads through delta-rs's DataFusion scan, not
+    ``to_pyarrow_table``/``to_pyarrow_dataset`` (see the module docstring). Row order is not defined.
+
+    Raises:
+        SinkError: there is no Delta table at ``path``, or it cannot be read.
+    """
+    try:
+        dt = DeltaTable(path, storage_options=dict(storage_options) if storage_options else None)
+        table = pa.table(dt.scan(columns=list(columns) if columns is not None else None))
+    except TableNotFoundError as exc:
+        raise SinkError(f"no Delta table at {path}") from exc
+    except (DeltaError, pa.ArrowException, OSError) as exc:
+        raise SinkError(f"cannot read Delta table {path}: {exc}") from exc
+    target = pa.schema([f.with_type(_plain_type(f.type)) for f in table.schema])
+    return table if target == table.schema else table.cast(target)
+
+
+def run_commit(
+    action: str, path: str, attempt: Callable[[], R], *, max_retries: int = 5, backoff_s: float = 0.05
+) -> R:
+    """Run ``attempt`` (which must load a fresh snapshot and re-check its transaction each time),
+    retrying it when a concurrent writer wins the commit race.
+
+    Raises:
+        ConcurrentCommitError: still losing after ``max_retries`` retries.
+        SinkError: any other delta-rs or Arrow failure, naming the table path.
+    """
+    last: CommitFailedError | None = None
+    for n in range(max_retries + 1):
+        if n:
+            delay = min(5.0, backoff_s * (2 ** (n - 1))) * (0.5 + random.random())
+            log.warning("%s %s: concurrent commit (%s); retry %d in %.2fs", action, path, last, n, delay)
+            time.sleep(delay)
+        try:
+            return attempt()
+        except CommitFailedError as exc:
+            last = exc
+        except SinkError:
+            raise
+        except (DeltaError, pa.ArrowException, OSError) as exc:
+            raise SinkError(f"{action} {path} failed: {exc}") from exc
+    raise ConcurrentCommitError(
+        f"{action} {path}: lost to concurrent commits {max_retries + 1} times; last: {last}"
+    ) from last
+
+
+def _local_path(path: str) -> str | None:
+    """The filesystem path of a local table location, or ``None`` for an object-store URI."""
+    if "://" not in path:
+        return path
+    parsed = urlparse(path)
+    if parsed.scheme == "file":
+        return unquote(parsed.path)
+    return None
+
+
+def check_txn(txn: Txn) -> Txn:
+    """``txn`` as a :class:`Txn`, checked.
+
+    Raises:
+        TypeError: not an ``(app_id, version)`` pair.
+        ValueError: an empty app id or a negative version.
+    """
+    if not isinstance(txn, tuple) or len(txn) != 2:
+        raise TypeError(f"txn must be an (app_id, version) pair, got {txn!r}")
+    app_id, version = txn
+    if not isinstance(app_id, str) or not app_id:
+        raise ValueError(f"txn app_id must be a non-empty str, got {app_id!r}")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ValueError(f"txn version must be an int >= 0, got {version!r}")
+    return Txn(app_id, version)
+
+
+def commit_properties(app_id: str, version: int) -> CommitProperties:
+    """Commit properties recording the app transaction ``(app_id, version)``."""
+    return CommitProperties(
+        app_transactions=[Transaction(app_id, version, int(time.time() * 1000))],
+    )
+
+
+def already_applied(dt: DeltaTable, txn: Txn) -> bool:
+    """Whether ``dt`` has committed ``txn.app_id`` at ``txn.version`` or later."""
+    committed = dt.transaction_version(txn.app_id)
+    return committed is not None and committed >= txn.version
+
+
+def _arrow_schema(dt: DeltaTable) -> pa.Schema:
+    return pa.schema(dt.schema().to_arrow())
+
+
+class DeltaRsSink:
+    """:class:`TableSink` on delta-rs (``deltalake``), for the Spark driver.
+
+    Args:
+        root: where tables live (local path or object-store URI); table ``(s, t)`` is at ``{root}/{s}/{t}``
+            (names through :func:`path_component`).
+        paths: explicit locations for some tables, ``{(schema, table): path}``; they win over ``root``.
+        storage_options: passed to delta-rs (object-store credentials and settings).
+        max_retries: how many times a write lost to a concurrent commit is retried before
+            :class:`~ticdc_delta.errors.ConcurrentCommitError`.
+        retry_backoff_s: first back-off; doubled on each retry (with jitter), capped at 5 s.
+        writer_properties: Parquet writer settings for every write.
+
+    Raises:
+        ValueError: ``root`` is empty, or ``max_retries`` is negative.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        paths: Mapping[tuple[str, str], str] | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        max_retries: int = 5,
+        retry_backoff_s: float = 0.05,
+        writer_properties: WriterProperties | None = None,
+    ) -> None:
+        if not root:
+            raise ValueError("root must be a non-empty path or URI")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        self.root = root.rstrip("/") or "/"
+        self._paths = {TableIdent(*k): v for k, v in (paths or {}).items()}
+        self._storage_options = dict(storage_options) if storage_options else None
+        self._max_retries = max_retries
+        self._backoff = retry_backoff_s
+        self._writer_properties = writer_properties
+
+    # --- locations ------------------------------------------------------------------------------------
+
+    def table_path(self, schema: str, table: str) -> str:
+        """``{root}/{schema}/{table}`` unless ``paths`` names the table.
+
+        Raises:
+            SinkError: an empty schema or table name.
+        """
+        explicit = self._paths.get(TableIdent(schema, table))
+        if explicit is not None:
+            return explicit
+        return f"{self.root}/{path_component(schema)}/{path_component(table)}"
+
+    def _path(self, ident: TableIdent) -> str:
+        return self.table_path(ident[0], ident[1])
+
+    def _load(self, path: str) -> DeltaTable | None:
+        """The table's latest snapshot, or ``None`` when there is none."""
+        try:
+            return DeltaTable(path, storage_options=self._storage_options)
+        except TableNotFoundError:
+            return None
+
+    def _require(self, path: str) -> DeltaTable:
+        dt = self._load(path)
+        if dt is None:
+            raise SinkError(f"no Delta table at {path} (create it with ensure_table first)")
+        return dt
+
+    # --- commit plumbing ------------------------------------------------------------------------------
+
+    def _run(self, action: str, path: str, attempt: Callable[[], R]) -> R:
+        return run_commit(action, path, attempt, max_retries=self._max_retries, backoff_s=self._backoff)
+
+    def _conform(
+        self,
+        rows: pa.Table,
+        target: pa.Schema,
+        path: str,
+        ignore: Iterable[str] = (),
+        fill_missing: bool = False,
+    ) -> pa.Table:
+        """``rows`` with each column cast to the target column's type; with ``fill_missing``, also the
+        target columns ``rows`` lacks (as nulls), in the target's column order.
+
+        Raises:
+            SinkError: a column the table does not have, or a value that does not fit.
+        """
+        skip = set(ignore)
+        arrays, fields = [], []
+        for field, column in zip(rows.schema, rows.columns):
+            if field.name in skip:
+                arrays.append(column)
+                fields.append(field)
+                continue
+            idx = target.get_field_index(field.name)
+            if idx < 0:
+                raise SinkError(
+                    f"{path}: column {field.name!r} is not in the table (add it with add_columns first); "
+                    f"table columns: {target.names}"
+                )
+            want = target.field(idx).type
+            if column.type != want:
+                try:
+                    column = column.cast(want)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise SinkError(
+                        f"{path}: column {field.name!r} ({column.type}) does not fit {want}: {exc}"
+                    ) from exc
+            arrays.append(column)
+            fields.append(pa.field(field.name, want, nullable=True))
+        if fill_missing:
+            given = dict(zip((f.name for f in fields), zip(fields, arrays)))
+            fields, arrays = [], []
+            for t in target:
+                f, a = given.get(t.name) or (t.with_nullable(True), pa.nulls(rows.num_rows, t.type))
+                fields.append(f)
+                arrays.append(a)
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+    # --- reads ----------------------------------------------------------------------------------------
+
+    def table_schema(self, ident: TableIdent) -> pa.Schema | None:
+        """The table's current Arrow schema, or ``None`` when it does not exist.
+
+        Raises:
+            SinkError: the table cannot be read.
+        """
+        path = self._path(ident)
+        try:
+            dt = self._load(path)
+            return None if dt is None else _arrow_schema(dt)
+        except (DeltaError, pa.ArrowException, OSError) as exc:
+            raise SinkError(f"cannot read the schema of {path}: {exc}") from exc
+
+    def read(self, ident: TableIdent) -> pa.Table:
+        """The table's current rows (order not defined), via :func:`read_table`.
+
+        Raises:
+            SinkError: the table is missing or cannot be read.
+        """
+        return read_table(self._path(ident), storage_options=self._storage_options)
+
+    # --- schema commits -------------------------------------------------------------------------------
+
+    def ensure_table(
+        self,
+        ident: TableIdent,
+        arrow_schema: pa.Schema,
+        partition_by: Sequence[str] | None,
+        txn: Txn,
+    ) -> bool:
+        """Create the table with ``arrow_schema`` if it is missing; ``True`` when this call created it.
+
+        An existing table is left as it is (use :meth:`add_columns` for new columns).
+
+        Raises:
+            TypeError/ValueError: bad arguments (not a schema, a partition column not in it, bad txn).
+            SinkError: the table cannot be created.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        if not isinstance(arrow_schema, pa.Schema):
+            raise TypeError(f"arrow_schema must be a pyarrow.Schema, got {type(arrow_schema).__name__}")
+        parts = list(partition_by or [])
+        for name in parts:
+            if arrow_schema.get_field_index(name) < 0:
+                raise ValueError(f"partition column {name!r} is not in the schema {arrow_schema.names}")
+        if OP_COLUMN in arrow_schema.names:
+            raise ValueError(_RESERVED)
+        txn = check_txn(txn)
+        path = self._path(ident)
+
+        def attempt() -> bool:
+            if self._load(path) is not None:
+                return False
+            DeltaTable.create(
+                path,
+                arrow_schema,
+                mode="ignore",  # another writer created it meanwhile: fine, it is there
+                partition_by=parts or None,
+                storage_options=self._storage_options,
+                commit_properties=commit_properties(txn.app_id + SCHEMA_TXN_SUFFIX, txn.version),
+            )
+            return True
+
+        return self._run("create", path, attempt)
+
+    def add_columns(self, ident: TableIdent, fields: Sequence[pa.Field], txn: Txn) -> list[str]:
+        """Add the columns of ``fields`` the table does not have yet, as nullable columns.
+
+        A column already there with the same Delta type is skipped (a re-run batch adds nothing); the
+        names added are returned. Names compare case-insensitively, as MySQL column names do.
+
+        Raises:
+            TypeError/ValueError: bad arguments.
+            SinkError: the table is missing, or has a column of that name with another type or case.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        wanted = list(fields)
+        for f in wanted:
+            if not isinstance(f, pa.Field):
+                raise TypeError(f"fields must be pyarrow.Field, got {type(f).__name__}")
+            if f.name == OP_COLUMN:
+                raise ValueError(_RESERVED)
+        txn = check_txn(txn)
+        path = self._path(ident)
+
+        def attempt() -> list[str]:
+            dt = self._require(path)
+            existing = {f.name.lower(): f for f in _arrow_schema(dt)}
+            new: list[DeltaField] = []
+            for f in wanted:
+                delta_field = DeltaField.from_arrow(f.with_nullable(True))
+                as_stored = pa.field(delta_field.to_arrow())
+                have = existing.get(f.name.lower())
+                if have is None:
+                    new.append(delta_field)
+                    existing[f.name.lower()] = as_stored
+                elif have.name != f.name or have.type != as_stored.type:
+                    raise SinkError(
+                        f"{path}: cannot add column {f.name!r} {as_stored.type}: "
+                        f"the table has {have.name!r} {have.type}"
+                    )
+            if new:
+                dt.alter.add_columns(
+                    new, commit_properties=commit_properties(txn.app_id + SCHEMA_TXN_SUFFIX, txn.version)
+                )
+            return [f.name for f in new]
+
+        return self._run("add columns to", path, attempt)
+
+    # --- data commits ---------------------------------------------------------------------------------
+
+    def merge(
+        self, ident: TableIdent, changes: pa.Table, key_columns: Sequence[str], txn: Txn
+    ) -> MergeStats:
+        """Apply ``changes`` (the target columns plus ``_op``) keyed by ``key_columns``.
+
+        At most one row per key (the caller has collapsed each key to its final change). Matched and
+        ``'d'`` → delete; matched and ``'u'`` → update every column given; not matched and ``'u'`` →
+        insert (columns not given are null); not matched and ``'d'`` → nothing. Keys compare null-safely
+        (``<=>``: a NULL key part matches a NULL key part), so unique keys with nullable parts work.
+
+        Raises:
+            TypeError/ValueError: ``changes`` is not a table, lacks ``_op`` or a key column, has an
+                ``_op`` other than ``'u'``/``'d'``, or has two rows for one key; bad ``txn``.
+            SinkError: the table is missing, or a column is not in it / does not fit it.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        if not isinstance(changes, pa.Table):
+            raise TypeError(f"changes must be a pyarrow.Table, got {type(changes).__name__}")
+        keys = list(key_columns)
+        if not keys:
+            raise ValueError("key_columns must name at least one column")
+        names = changes.column_names
+        if OP_COLUMN not in names:
+            raise ValueError(f"changes must have an {OP_COLUMN!r} column ('u' upsert / 'd' delete)")
+        for k in keys:
+            if k not in names:
+                raise ValueError(f"key column {k!r} is not in changes {names}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"changes has duplicate column names: {names}")
+        txn = check_txn(txn)
+        if changes.num_rows == 0:
+            return MergeStats()
+        ops = changes.column(OP_COLUMN)
+        if ops.null_count or not set(pc.unique(ops).to_pylist()) <= {OP_UPSERT, OP_DELETE}:
+            raise ValueError(f"{OP_COLUMN!r} values must be {OP_UPSERT!r} or {OP_DELETE!r}")
+        if changes.group_by(keys).aggregate([]).num_rows != changes.num_rows:
+            raise ValueError(f"changes has more than one row for some key {keys}: collapse them first")
+        path = self._path(ident)
+        columns = [c for c in names if c != OP_COLUMN]
+        # Null-safe `<=>` only where the changes hold a NULL key part. Where they hold none, `=` matches
+        # exactly the same rows (a non-NULL source value is never equal to a NULL target value either way)
+        # and lets delta-rs prune target files by the source's key range; `<=>` disables that pruning
+        # (delta-rs 1.6.6, 1k changes into a 20-file table: 0.09 s with `=`, 0.47 s with `<=>`).
+        predicate = " AND ".join(
+            f"(t.{q} {'<=>' if changes.column(k).null_count else '='} s.{q})"
+            for k, q in ((k, quote_identifier(k)) for k in keys)
+        )
+        # Explicit column maps, not update_all/insert_all: those do not escape backticks in column names
+        # (delta-rs 1.6.6: "Expected close delimiter '`'").
+        assignments = {quote_identifier(c): f"s.{quote_identifier(c)}" for c in columns}
+        op = f"s.{quote_identifier(OP_COLUMN)}"
+
+        def attempt() -> MergeStats:
+            dt = self._require(path)
+            if already_applied(dt, txn):
+                return MergeStats(version=dt.version(), skipped=True)
+            source = self._conform(changes, _arrow_schema(dt), path, ignore=(OP_COLUMN,))
+            metrics = (
+                dt.merge(
+                    source,
+                    predicate,
+                    source_alias="s",
+                    target_alias="t",
+                    writer_properties=self._writer_properties,
+                    # the source is in memory: let delta-rs use its statistics to prune target files
+                    streamed_exec=False,
+                    commit_properties=commit_properties(*txn),
+                )
+                .when_matched_delete(f"{op} = '{OP_DELETE}'")
+                .when_matched_update(assignments, f"{op} = '{OP_UPSERT}'")
+                .when_not_matched_insert(assignments, f"{op} = '{OP_UPSERT}'")
+                .execute()
+            )
+            return MergeStats(
+                inserted=int(metrics.get("num_target_rows_inserted", 0)),
+                updated=int(metrics.get("num_target_rows_updated", 0)),
+                deleted=int(metrics.get("num_target_rows_deleted", 0)),
+                version=dt.version(),
+            )
+
+        return self._run("merge into", path, attempt)
+
+    def append(self, ident: TableIdent, rows: pa.Table, txn: Txn) -> MergeStats:
+        """Append ``rows``; a missing table is created from their schema.
+
+        Raises:
+            TypeError/ValueError: ``rows`` is not a table; bad ``txn``.
+            SinkError: a column is not in the table or does not fit it.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        if not isinstance(rows, pa.Table):
+            raise TypeError(f"rows must be a pyarrow.Table, got {type(rows).__name__}")
+        txn = check_txn(txn)
+        path = self._path(ident)
+
+        def attempt() -> MergeStats:
+            dt = self._load(path)
+            if dt is not None and already_applied(dt, txn):
+                return MergeStats(version=dt.version(), skipped=True)
+            data = rows if dt is None else self._conform(rows, _arrow_schema(dt), path, fill_missing=True)
+            write_deltalake(
+                dt if dt is not None else path,
+                data,
+                mode="append",
+                storage_options=self._storage_options if dt is None else None,
+                writer_properties=self._writer_properties,
+                commit_properties=commit_properties(*txn),
+            )
+            written = self._require(path)
+            return MergeStats(inserted=rows.num_rows, version=written.version())
+
+        return self._run("append to", path, attempt)
+
+    def overwrite_empty(self, ident: TableIdent, txn: Txn) -> bool:
+        """TRUNCATE: commit a new version with no rows (schema and partitioning kept).
+
+        Always commits (unless already done), even when the table is empty, so the transaction is
+        recorded; ``DeltaTable.delete()`` would commit nothing on an empty table.
+
+        Raises:
+            ValueError: bad ``txn``.
+            SinkError: the table is missing.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        txn = check_txn(txn)
+        path = self._path(ident)
+
+        def attempt() -> bool:
+            dt = self._require(path)
+            if already_applied(dt, txn):
+                return False
+            write_deltalake(
+                dt,
+                _arrow_schema(dt).empty_table(),
+                mode="overwrite",
+                writer_properties=self._writer_properties,
+                commit_properties=commit_properties(*txn),
+            )
+            return True
+
+        return self._run("truncate", path, attempt)
+
+    def drop(self, ident: TableIdent) -> bool:
+        """Delete the table's files (its log first, so a crash part-way leaves no half table).
+
+        Raises:
+            SinkError: the files cannot be removed.
+        """
+        path = self._path(ident)
+        try:
+            existed = DeltaTable.is_deltatable(path, storage_options=self._storage_options)
+            local = _local_path(path)
+            if local is not None:
+                if os.path.isdir(local):
+                    shutil.rmtree(os.path.join(local, "_delta_log"), ignore_errors=True)
+                    shutil.rmtree(local)
+            elif existed:
+                store = DeltaStorageHandler(path, options=self._storage_options)
+                store.delete_dir("_delta_log")
+                store.delete_dir("")
+        except (DeltaError, OSError) as exc:
+            raise SinkError(f"cannot drop Delta table {path}: {exc}") from exc
+        return existed
