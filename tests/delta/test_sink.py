@@ -477,3 +477,25 @@ def test_read_table_lets_the_process_exit_cleanly(items: DeltaRsSink) -> None:
         cwd=str(Path(__file__).resolve().parents[2]),
     )
     assert (done.returncode, done.stdout.strip()) == (0, "3"), done.stderr
+
+
+@pytest.mark.integration
+def test_merge_matches_bigint_unsigned_decimal_keys(tmp_path) -> None:
+    """Regression: delta-rs 1.6.6 pruned away matching rows of decimal(20,0) keys near 2**64 with `=`."""
+    from decimal import Decimal
+
+    sink = DeltaRsSink(str(tmp_path))
+    ident = TableIdent("s", "t")
+    sink.ensure_table(ident, pa.schema([("id", pa.decimal128(20, 0)), ("v", pa.string())]), [], Txn("a", 1))
+    keys = [Decimal(18446744073709523741 + 7 * i) for i in range(50)]
+    typ = pa.decimal128(20, 0)
+    sink.merge(ident, pa.table({"id": pa.array(keys, typ), "v": ["a"] * 50, "_op": ["u"] * 50}), ["id"], Txn("a", 2))
+    stats = sink.merge(
+        ident,
+        pa.table({"id": pa.array(keys[:10], typ), "v": ["c"] * 10, "_op": ["u"] * 5 + ["d"] * 5}),
+        ["id"],
+        Txn("a", 3),
+    )
+    assert (stats.inserted, stats.updated, stats.deleted) == (0, 5, 5)
+    rows = sink.read(ident).to_pylist()
+    assert len(rows) == 45 and sorted(r["v"] for r in rows).count("c") == 5
