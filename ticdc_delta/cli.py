@@ -66,6 +66,54 @@ def _cmd_decode(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _setup_logging(level: str) -> None:
+    """Progress lines (one JSON object per micro-batch) go to stdout as they are; the rest to stderr."""
+    import logging
+
+    root = logging.getLogger()
+    root.setLevel(level)
+    if not any(getattr(h, "_ticdc_delta", False) for h in root.handlers):
+        err = logging.StreamHandler(sys.stderr)
+        err.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        err.addFilter(lambda r: r.name != "ticdc_delta.progress")
+        err._ticdc_delta = True  # type: ignore[attr-defined]
+        root.addHandler(err)
+        out = logging.StreamHandler(sys.stdout)
+        out.setFormatter(logging.Formatter("%(message)s"))
+        out.addFilter(lambda r: r.name == "ticdc_delta.progress")
+        out._ticdc_delta = True  # type: ignore[attr-defined]
+        root.addHandler(out)
+    for noisy in ("py4j", "pyspark"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .config import load_config
+
+    cfg = load_config(args.config)
+    _setup_logging(cfg.log_level)
+    from .spark.job import run_job
+
+    batches = run_job(cfg, once=args.once)
+    print(f"ticdc-delta: changefeed {cfg.changefeed}: {batches} micro-batch(es) committed", file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .status import render_status
+
+    cfg = load_config(args.config)
+    sys.stdout.write(render_status(cfg, as_json=args.json))
+    return EXIT_OK
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(protocol=args.protocol, events=args.events, workdir=args.workdir, seed=args.seed)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m ticdc_delta", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -82,6 +130,24 @@ def _build_parser() -> argparse.ArgumentParser:
     dec.add_argument("--partition", type=int, default=None, help=argparse.SUPPRESS)
     dec.add_argument("--offset", type=int, default=None, help=argparse.SUPPRESS)
     dec.set_defaults(func=_cmd_decode)
+
+    run = sub.add_parser("run", help="run the streaming job (Kafka → Delta)")
+    run.add_argument("--config", required=True, help="the job's YAML file")
+    run.add_argument("--once", action="store_true",
+                     help="process everything available at start, then exit 0 (the Airflow mode)")
+    run.set_defaults(func=_cmd_run)
+
+    st = sub.add_parser("status", help="per-table applied commit ts, lag and held rows")
+    st.add_argument("--config", required=True, help="the job's YAML file")
+    st.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    st.set_defaults(func=_cmd_status)
+
+    demo = sub.add_parser("demo", help="local broker + simulated TiCDC stream + job --once + oracle check")
+    demo.add_argument("--protocol", default="canal-json", choices=["open-protocol", "craft", "canal-json", "avro"])
+    demo.add_argument("--events", type=int, default=20000, help="upstream row changes to simulate")
+    demo.add_argument("--seed", type=int, default=7)
+    demo.add_argument("--workdir", default=None, help="where the lake, checkpoint and config go (default: a temp dir)")
+    demo.set_defaults(func=_cmd_demo)
 
     try:
         from .simulator import cli as simulator_cli

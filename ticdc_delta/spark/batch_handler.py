@@ -1,0 +1,365 @@
+"""The ``foreachBatch`` handler: decode → plan (consumer rules) → MERGE / DDL → state, exactly once.
+
+Per micro-batch ``N``:
+
+1. If the state table already holds batch ``N`` (a crash after the state commit, before Spark recorded
+   the batch), do nothing: the batch is complete.
+2. Decode on the executors (``mapInArrow``) and collect the compact records on the driver.
+3. Undecodable messages go to the dead-letter table (or stop the job with ``fail_on_error``).
+4. Plan with the previous state (:func:`~ticdc_delta.core.batch_planner.plan_batch`), deterministically.
+5. Apply the steps; each Delta commit carries app transaction ``(changefeed, N·1024 + step)``, so after a
+   crash the re-run skips what was already committed.
+6. Save the new state (watermarks, held rows, DDL ids, catalog) as one commit with transaction N.
+
+A crash anywhere re-runs batch ``N`` with the same offsets (Spark's offset log) and the same previous
+state, hence the same plan: what was committed is skipped, the rest is committed once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from typing import Any, Callable, Mapping
+
+import pyarrow as pa
+
+from ..config import JobConfig
+from ..core.batch_planner import OFFSET_ORDER, WATERMARK, ConsumerState, ResolvedMark, plan_batch
+from ..core.merge import KeyResolver, MissingKeyError
+from ..core.records import dump_record, load_record
+from ..delta.applier import ApplyResult, DeltaApplier, TableCatalog, TableOptions
+from ..delta.sink import DeltaRsSink, TableIdent, batch_txn
+from ..delta.state_store import PipelineState, StateStore
+from ..errors import BrokerUnavailableError, DecodeError, TerminalError, TicdcDeltaError
+from .decode import DECODED_SCHEMA, DecoderSpec, make_decode_fn
+
+__all__ = ["BatchHandler", "protocol_mode", "InjectedFault", "FAULT_ENV", "tso_physical_ms"]
+
+log = logging.getLogger(__name__)
+progress_log = logging.getLogger("ticdc_delta.progress")
+
+FAULT_ENV = "TICDC_DELTA_FAULT"
+"""Fault injection for tests: ``stage@batch[:kill]`` (e.g. ``after_merge@2:kill``). Stages:
+``after_decode``, ``after_dead_letter``, ``after_merge`` (after the first table commit of the batch),
+``before_state``, ``after_state``."""
+
+DEAD_LETTER_IDENT = TableIdent("_ticdc", "dead_letter")
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("error", pa.string()),
+        ("batch_id", pa.int64()),
+        ("recorded_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+class InjectedFault(RuntimeError):
+    """Raised by the fault injector (tests only)."""
+
+
+def tso_physical_ms(ts: int) -> int:
+    """The wall-clock milliseconds of a TiDB TSO (physical << 18 | logical)."""
+    return ts >> 18
+
+
+def protocol_mode(protocol: str, options: Mapping[str, str]) -> str:
+    """``watermark`` where the protocol carries resolved ts, ``offset-order`` where it does not."""
+    if protocol in ("open-protocol", "craft"):
+        return WATERMARK
+    if protocol == "canal-json" and str(options.get("enable-tidb-extension", "false")).lower() == "true":
+        return WATERMARK
+    return OFFSET_ORDER
+
+
+class _ConfiguredSink(DeltaRsSink):
+    """The Delta sink with the YAML table mapping applied to table locations."""
+
+    def __init__(self, cfg: JobConfig) -> None:
+        super().__init__(cfg.sink.path, storage_options=cfg.sink.storage_options or None)
+        self._cfg = cfg
+
+    def table_path(self, schema: str, table: str) -> str:
+        return self._cfg.table_path(schema, table)
+
+
+class BatchHandler:
+    """Callable for ``DataStreamWriter.foreachBatch``; runs on the driver.
+
+    Args:
+        cfg: the job configuration.
+        avro_schema_source: for Avro, the driver-side :class:`~ticdc_delta.codec.avro.AvroSchemas`.
+        partitions_of: ``topic -> partitions`` (Kafka metadata); the default asks the broker.
+    """
+
+    def __init__(
+        self,
+        cfg: JobConfig,
+        *,
+        avro_schema_source: Any = None,
+        partitions_of: Callable[[str], list[int]] | None = None,
+        ddl_handler: Any = None,
+    ) -> None:
+        self.cfg = cfg
+        self.mode = protocol_mode(cfg.source.protocol, cfg.source.options)
+        self.sink = _ConfiguredSink(cfg)
+        self.dead_letters = DeltaRsSink(
+            cfg.dead_letter_path,
+            paths={tuple(DEAD_LETTER_IDENT): cfg.dead_letter_path},
+            storage_options=cfg.sink.storage_options or None,
+        )
+        self.store = StateStore(
+            _join(cfg.checkpoint, "state"), cfg.changefeed, storage_options=cfg.sink.storage_options or None
+        )
+        self._avro = avro_schema_source
+        self._avro_registry = bool(getattr(avro_schema_source, "_client", None))
+        self._partitions_of = partitions_of or self._kafka_partitions
+        self._ddl_handler = ddl_handler
+        self._state: ConsumerState | None = None
+        self._catalog: TableCatalog | None = None
+        self._meta: dict[str, Any] = {}
+        self._loaded_batch: int | None = None
+        self.error: BaseException | None = None
+        self.batches = 0
+        overrides = {}
+        for m in cfg.tables:
+            if m.key and not m.is_wildcard:
+                schema, _, table = m.source.partition(".")
+                overrides[(schema, table)] = m.key
+        self._key_overrides = overrides
+
+    # --- state ---------------------------------------------------------------------------------------
+
+    def _load_state(self) -> None:
+        saved = self.store.load()
+        if saved is None:
+            self._state, self._catalog, self._meta, self._loaded_batch = ConsumerState(), TableCatalog(), {}, None
+            return
+        meta = dict(saved.meta)
+        self._state = ConsumerState(
+            dict(saved.watermarks),
+            [load_record(b) for b in saved.held],
+            [tuple(d) for d in meta.get("applied_ddl", [])],
+        )
+        self._catalog = TableCatalog(meta.get("catalog"))
+        self._meta = meta
+        self._loaded_batch = saved.batch_id
+
+    def _table_options(self, schema: str, table: str) -> TableOptions:
+        m = self.cfg.table_mapping_for(schema, table)
+        if m is None:
+            return TableOptions()
+        return TableOptions(tuple(m.key) if m.key else None, tuple(m.partition_by), m.enabled)
+
+    def _kafka_partitions(self, topic: str) -> list[int]:
+        from confluent_kafka import Consumer, KafkaException
+
+        consumer = Consumer({**self.cfg.librdkafka_conf(), "group.id": "ticdc-delta-metadata"})
+        try:
+            md = consumer.list_topics(topic, timeout=10)
+        except KafkaException as exc:
+            raise BrokerUnavailableError(
+                f"Kafka at {self.cfg.source.bootstrap_servers} did not answer a metadata request: {exc}"
+            ) from None
+        finally:
+            consumer.close()
+        t = md.topics.get(topic)
+        if t is None or t.error is not None:
+            raise BrokerUnavailableError(f"topic {topic!r} is not available: {getattr(t, 'error', 'missing')}")
+        return sorted(t.partitions)
+
+    def _fault(self, stage: str, batch_id: int) -> None:
+        spec = os.environ.get(FAULT_ENV)
+        if not spec:
+            return
+        where, _, how = spec.partition(":")
+        name, _, at = where.partition("@")
+        if name == stage and at.isdigit() and int(at) == batch_id:
+            if how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise InjectedFault(f"injected fault at {stage} of batch {batch_id}")
+
+    # --- the batch -----------------------------------------------------------------------------------
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        try:
+            self._handle(batch_df, batch_id)
+        except BaseException as exc:
+            self.error = exc
+            self._state = None  # reload from the store on the next attempt
+            raise
+
+    def _decoder_spec(self) -> DecoderSpec:
+        schemas: dict[int, str] = {}
+        if self._avro is not None:
+            # Executors are other processes: resolve every schema of the topics' subjects here, on the
+            # driver (TiCDC registers under TopicNameStrategy: "<topic>-key" / "<topic>-value").
+            from ..codec.avro import _sanitize_topic
+            from ..errors import SchemaNotFoundError
+
+            ids = set(self._avro.known_ids())
+            if self._avro_registry:
+                for t in self.cfg.topics:
+                    for part in ("key", "value"):
+                        try:
+                            ids |= self._avro.snapshot((), [f"{_sanitize_topic(t)}-{part}"]).known_ids()
+                        except SchemaNotFoundError:
+                            pass  # nothing registered for this topic yet
+            snap = self._avro.snapshot(sorted(ids))
+            schemas = {i: snap.get(i) for i in snap.known_ids()}
+        return DecoderSpec(self.cfg.source.protocol, dict(self.cfg.source.options), schemas)
+
+    def _handle(self, batch_df: Any, batch_id: int) -> None:
+        started = time.monotonic()
+        if self._state is None:
+            self._load_state()
+        if self._loaded_batch is not None and self._loaded_batch >= batch_id:
+            log.info("batch %d was already committed (state at batch %d): skipping", batch_id, self._loaded_batch)
+            return
+        decoded: pa.Table = batch_df.mapInArrow(make_decode_fn(self._decoder_spec()), DECODED_SCHEMA).toArrow()
+        self._fault("after_decode", batch_id)
+
+        cols = {name: decoded.column(name).to_pylist() for name in ("topic", "partition", "offset", "idx", "kind", "commit_ts")}
+        kinds = cols["kind"]
+        payloads = decoded.column("payload").to_pylist()
+        records, resolved, errors = [], [], []
+        offsets: dict[tuple[str, int], list[int]] = {}
+        counts = {"row": 0, "ddl": 0, "resolved": 0, "error": 0, "empty": 0}
+        for i, kind in enumerate(kinds):
+            tp = (cols["topic"][i], cols["partition"][i])
+            off = cols["offset"][i]
+            span = offsets.get(tp)
+            if span is None:
+                offsets[tp] = [off, off]
+            else:
+                span[0], span[1] = min(span[0], off), max(span[1], off)
+            counts[kind] = counts.get(kind, 0) + 1
+            if kind == "row" or kind == "ddl":
+                records.append(load_record(payloads[i]))
+            elif kind == "resolved":
+                resolved.append(ResolvedMark(tp[0], tp[1], off, cols["idx"][i], cols["commit_ts"][i]))
+            elif kind == "error":
+                errors.append(i)
+
+        if errors:
+            self._dead_letter(decoded, errors, batch_id)
+        self._fault("after_dead_letter", batch_id)
+
+        state = self._state
+        assert state is not None and self._catalog is not None  # noqa: S101 - loaded above
+        partitions = {t: self._partitions_of(t) for t in self.cfg.topics} if self.mode == WATERMARK else None
+        try:
+            plan = plan_batch(
+                state, records, resolved, mode=self.mode, keys=KeyResolver(self._key_overrides), partitions=partitions
+            )
+        except MissingKeyError as exc:
+            raise TerminalError(f"batch {batch_id}: {exc}") from exc
+
+        applier = DeltaApplier(
+            _FaultySink(self.sink, lambda: self._fault("after_merge", batch_id)),
+            self.cfg.changefeed,
+            catalog=self._catalog,
+            table_options=self._table_options,
+            metadata_columns=(
+                (self.cfg.sink.metadata_columns.commit_ts, self.cfg.sink.metadata_columns.op)
+                if self.cfg.sink.metadata_columns else None
+            ),
+            source_timezone=self.cfg.sink.source_timezone,
+            ddl_handler=self._ddl_handler,
+        )
+        result = applier.apply(plan.steps, batch_id)
+
+        meta = dict(self._meta)
+        meta["applied_ddl"] = [list(d) for d in plan.state.applied_ddl]
+        meta["catalog"] = applier.catalog.to_json()
+        tables = dict(meta.get("tables", {}))
+        for name, n in result.rows.items():
+            entry = dict(tables.get(name, {}))
+            entry["rows_applied"] = entry.get("rows_applied", 0) + n
+            if name in result.commit_ts:
+                entry["commit_ts"] = max(entry.get("commit_ts", 0), result.commit_ts[name])
+            tables[name] = entry
+        meta["tables"] = tables
+        totals = dict(meta.get("totals", {}))
+        for key, n in (("replays_dropped", plan.replays_dropped), ("dead_letters", len(errors)),
+                       ("rows_applied", sum(result.rows.values()))):
+            totals[key] = totals.get(key, 0) + n
+        meta["totals"] = totals
+        meta["topic_watermarks"] = {t: w for t, w in plan.topic_watermarks.items()}
+        self._fault("before_state", batch_id)
+        self.store.save(
+            batch_id,
+            PipelineState(batch_id, plan.state.watermarks, [dump_record(r) for r in plan.state.held], meta),
+        )
+        self._state, self._meta, self._loaded_batch = plan.state, meta, batch_id
+        self.batches += 1
+        self._fault("after_state", batch_id)
+        self._progress(batch_id, offsets, counts, plan, result, len(errors), time.monotonic() - started)
+
+    def _dead_letter(self, decoded: pa.Table, rows: list[int], batch_id: int) -> None:
+        take = decoded.take(pa.array(rows, type=pa.int64()))
+        first = take.column("error")[0].as_py()
+        if self.cfg.dead_letter.fail_on_error:
+            raise DecodeError(
+                self.cfg.source.protocol,
+                f"{len(rows)} undecodable message(s) in batch {batch_id} and dead_letter.fail_on_error is set; "
+                f"first: {first}",
+            )
+        now = pa.array([int(time.time() * 1e6)] * len(rows), type=pa.timestamp("us", tz="UTC"))
+        table = pa.Table.from_arrays(
+            [take.column("topic"), take.column("partition"), take.column("offset"), take.column("key"),
+             take.column("value"), take.column("error"), pa.array([batch_id] * len(rows), type=pa.int64()), now],
+            schema=DEAD_LETTER_SCHEMA,
+        )
+        self.dead_letters.append(DEAD_LETTER_IDENT, table, batch_txn(self.cfg.changefeed + "/dead-letter", batch_id))
+        log.warning("batch %d: %d undecodable message(s) sent to %s; first: %s",
+                    batch_id, len(rows), self.cfg.dead_letter_path, first)
+
+    def _progress(self, batch_id: int, offsets: dict, counts: dict, plan: Any, result: ApplyResult,
+                  dead: int, seconds: float) -> None:
+        wms = [w for w in plan.topic_watermarks.values() if w is not None]
+        low = min(wms) if wms else None
+        lag = None if low is None else round(time.time() - tso_physical_ms(low) / 1000.0, 3)
+        line = {
+            "batch_id": batch_id,
+            "changefeed": self.cfg.changefeed,
+            "offsets": {f"{t}[{p}]": {"first": a, "last": b} for (t, p), (a, b) in sorted(offsets.items())},
+            "events": {k: v for k, v in counts.items() if v},
+            "rows_applied": result.rows,
+            "ddl_applied": result.ddl_applied,
+            "rows_held": plan.held,
+            "replays_dropped": plan.replays_dropped,
+            "dead_letters": dead,
+            "watermark": low,
+            "watermark_lag_s": lag,
+            "seconds": round(seconds, 3),
+        }
+        progress_log.info(json.dumps(line, sort_keys=False))
+
+
+class _FaultySink:
+    """Wraps a sink to call ``hook`` after the first data commit (fault injection for tests)."""
+
+    def __init__(self, sink: Any, hook: Callable[[], None]) -> None:
+        self._sink, self._hook, self._done = sink, hook, False
+
+    def merge(self, *args: Any, **kwargs: Any) -> Any:
+        out = self._sink.merge(*args, **kwargs)
+        if not self._done:
+            self._done = True
+            self._hook()
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sink, name)
+
+
+def _join(base: str, leaf: str) -> str:
+    return base.rstrip("/") + "/" + leaf
