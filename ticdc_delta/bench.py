@@ -1,0 +1,129 @@
+"""Benchmarks that print figures (never timing assertions in tests).
+
+``python -m ticdc_delta.bench decode`` — decode throughput per protocol for 10-column rows, one core, and
+bytes per event on the wire.
+
+``python -m ticdc_delta.bench e2e`` — Kafka → Delta end to end for a canal-json stream (default 1M row
+events) on the local broker: changes/s with gating + MERGE, the same job with a plain append of the
+decoded rows instead (the limit for this source and decoder), their ratio, and the raw Kafka read rate of
+the source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+from .codec import DecodeContext, decoder_for, encoder_for
+from .codec.model import Column, ColumnFlag, Op, RowChange, TypeCode
+
+__all__ = ["bench_decode", "main"]
+
+_COLUMNS = [
+    ("id", TypeCode.BIGINT, ColumnFlag.HANDLE_KEY | ColumnFlag.PRIMARY_KEY),
+    ("user_id", TypeCode.INT, ColumnFlag.NULLABLE),
+    ("amount", TypeCode.DECIMAL, ColumnFlag.NULLABLE),
+    ("price", TypeCode.DOUBLE, ColumnFlag.NULLABLE),
+    ("status", TypeCode.VARCHAR, ColumnFlag.NULLABLE),
+    ("note", TypeCode.VARCHAR, ColumnFlag.NULLABLE),
+    ("created", TypeCode.DATETIME, ColumnFlag.NULLABLE),
+    ("day", TypeCode.DATE, ColumnFlag.NULLABLE),
+    ("qty", TypeCode.SMALLINT, ColumnFlag.NULLABLE),
+    ("flag", TypeCode.TINYINT, ColumnFlag.NULLABLE),
+]
+
+PROTOCOL_OPTIONS = {
+    "open-protocol": {"max-batch-size": "16"},
+    "craft": {"max-batch-size": "16"},
+    "canal-json": {"enable-tidb-extension": "true"},
+    "avro": {"enable-tidb-extension": "true"},
+}
+
+
+def _events(n: int) -> list[RowChange]:
+    out = []
+    ts = 446_000_000_000_000_000
+    for i in range(n):
+        values = [i, i % 9973, f"{i % 100000}.{i % 100:02d}", i * 0.5, "paid", f"note {i}",
+                  "2024-01-02 03:04:05", "2024-01-02", i % 300, i % 2]
+        cols = tuple(Column(name, int(t), f, v) for (name, t, f), v in zip(_COLUMNS, values))
+        out.append(RowChange(ts + i, "shop", "orders", Op.INSERT, cols, None))
+    return out
+
+
+def _messages(protocol: str, n: int) -> list[tuple[bytes | None, bytes | None]]:
+    schemas = None
+    if protocol == "avro":
+        from .codec.avro import AvroSchemas
+
+        schemas = AvroSchemas()
+    enc = encoder_for(protocol, PROTOCOL_OPTIONS[protocol], schemas=schemas)
+    msgs = enc.encode(_events(n))
+    bench_decode.schemas = schemas  # type: ignore[attr-defined]
+    return [(m.key, m.value) for m in msgs]
+
+
+def bench_decode(protocol: str, n: int = 20000, repeat: int = 5) -> dict[str, Any]:
+    """Decode ``n`` 10-column insert events ``repeat`` times; the best and median rates."""
+    msgs = _messages(protocol, n)
+    dec = decoder_for(protocol, PROTOCOL_OPTIONS[protocol], schemas=getattr(bench_decode, "schemas", None))
+    ctx = DecodeContext("bench", 0, 0)
+    wire = sum(len(k or b"") + len(v or b"") for k, v in msgs)
+    rates = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        count = 0
+        decode: Callable[..., Any] = dec.decode
+        for k, v in msgs:
+            count += len(decode(k, v, ctx))
+        rates.append(count / (time.perf_counter() - t0))
+    if count != n:
+        raise RuntimeError(f"{protocol}: decoded {count} events, expected {n}")
+    return {"protocol": protocol, "events": n, "best_per_s": max(rates), "median_per_s": statistics.median(rates),
+            "bytes_per_event": wire / n, "messages": len(msgs)}
+
+
+def _cmd_decode(args: argparse.Namespace) -> int:
+    print(f"decode throughput, 10-column row events, one core ({args.events} events x {args.repeat})")
+    print(f"{'protocol':<14} {'best ev/s':>12} {'median ev/s':>12} {'bytes/event':>12} {'messages':>9}")
+    for protocol in args.protocols:
+        r = bench_decode(protocol, args.events, args.repeat)
+        print(f"{protocol:<14} {r['best_per_s']:>12,.0f} {r['median_per_s']:>12,.0f} "
+              f"{r['bytes_per_event']:>12.1f} {r['messages']:>9}")
+    return 0
+
+
+def _cmd_e2e(args: argparse.Namespace) -> int:
+    from .bench_e2e import run_e2e
+
+    return run_e2e(events=args.events, partitions=args.partitions, max_offsets=args.max_offsets)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ticdc_delta.bench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    d = sub.add_parser("decode", help="decode throughput per protocol")
+    d.add_argument("--events", type=int, default=20000)
+    d.add_argument("--repeat", type=int, default=5)
+    d.add_argument("--protocols", nargs="+", default=list(PROTOCOL_OPTIONS))
+    d.set_defaults(func=_cmd_decode)
+    e = sub.add_parser("e2e", help="Kafka → Delta end to end (canal-json)")
+    e.add_argument("--events", type=int, default=1_000_000)
+    e.add_argument("--partitions", type=int, default=4)
+    e.add_argument("--max-offsets", type=int, default=250_000)
+    e.set_defaults(func=_cmd_e2e)
+    a = sub.add_parser("all", help="decode, then e2e")
+    a.add_argument("--events", type=int, default=1_000_000)
+    a.set_defaults(func=None)
+    args = parser.parse_args(argv)
+    if args.what == "all":
+        rc = _cmd_decode(argparse.Namespace(events=20000, repeat=5, protocols=list(PROTOCOL_OPTIONS)))
+        return rc or _cmd_e2e(argparse.Namespace(events=args.events, partitions=4, max_offsets=250_000))
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
