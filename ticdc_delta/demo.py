@@ -69,7 +69,7 @@ def run_demo(*, protocol: str = "canal-json", events: int = 20000, workdir: str 
         if protocol == "avro":
             schema_dir = base / "avro-schemas"
             schema_dir.mkdir(parents=True, exist_ok=True)
-            for sid in sorted(extra["schemas"].known_ids()):
+            for sid in sorted(extra["schemas"].known_ids):
                 path = schema_dir / f"{sid}.avsc"
                 path.write_text(extra["schemas"].get(sid))
                 schema_files[sid] = str(path)

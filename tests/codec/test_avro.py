@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ticdc_delta.codec import decoder_for, encoder_for
-from ticdc_delta.codec.avro import AvroDecoder, AvroEncoder, AvroSchemas, sanitize_name
+from ticdc_delta.codec.avro import AvroDecoder, AvroEncoder, AvroSchemas, sanitize_name, table_params
 from ticdc_delta.codec.model import (
     TEXT_OR_BINARY_TYPES,
     Column,
@@ -94,9 +94,14 @@ def expected(event: RowChange, extension: bool, ctx: DecodeContext = CTX) -> Row
     return RowChange(None, event.schema, event.table, Op.INSERT, cols, None, ctx)
 
 
-def round_trip(events: list[RowChange], options: dict[str, str], schemas: AvroSchemas | None = None) -> list[Any]:
+def round_trip(
+    events: list[RowChange],
+    options: dict[str, str],
+    schemas: AvroSchemas | None = None,
+    column_params: dict[tuple[str, str, str], dict[str, Any]] | None = None,
+) -> list[Any]:
     schemas = schemas if schemas is not None else AvroSchemas()
-    messages = AvroEncoder(options, schemas=schemas).encode(events)
+    messages = AvroEncoder(options, schemas=schemas, column_params=column_params).encode(events)
     decoder = AvroDecoder(options, schemas=schemas)
     return [ev for key, value in messages for ev in decoder.decode(key, value, CTX)]
 
@@ -668,6 +673,215 @@ def test_extension_needs_commit_ts() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+# Column parameters: DECIMAL(p, s) and ENUM/SET members, which only the schemas carry (no DDL in Avro)
+
+# what the all_types table's DDL would declare for its parameterised columns
+ALL_TYPES_PARAMS: dict[tuple[str, str, str], dict[str, Any]] = {
+    (C.SCHEMA, C.TABLE, "c_decimal"): {"precision": 20, "scale": 7},
+    (C.SCHEMA, C.TABLE, "c_enum"): {"members": list(ENUM_ELEMENTS)},
+    (C.SCHEMA, C.TABLE, "c_set"): {"members": list(SET_ELEMENTS)},
+}
+ALL_TYPES_TABLE_PARAMS = {
+    "c_decimal": {"precision": 20, "scale": 7, "members": None},
+    "c_enum": {"precision": None, "scale": None, "members": ["a", "b", "c"]},
+    "c_set": {"precision": None, "scale": None, "members": ["a", "b", "c"]},
+}
+
+
+def value_schema(schemas: AvroSchemas, value: bytes) -> str:
+    return schemas.get(int.from_bytes(value[1:5], "big"))
+
+
+def test_declared_params_in_precise_mode_round_trip_and_read_back() -> None:
+    schemas = AvroSchemas()
+    encoder = AvroEncoder(EXT, schemas=schemas, column_params=ALL_TYPES_PARAMS)
+    messages = encoder.encode(list(C.ROW_EVENTS))  # ENUM/SET as numbers: the members map them
+    decoder = AvroDecoder(EXT, schemas=schemas)
+    got = [ev for k, v in messages for ev in decoder.decode(k, v, CTX)]
+    assert got == [expected(with_labels(e), True) for e in C.ROW_EVENTS]
+    text = value_schema(schemas, messages[0][1])
+    assert field_type(json.loads(text), "c_decimal") == {
+        "type": "bytes", "connect.parameters": {"tidb_type": "DECIMAL"},
+        "logicalType": "decimal", "precision": 20, "scale": 7,
+    }
+    assert table_params(text) == (C.SCHEMA, C.TABLE, ALL_TYPES_TABLE_PARAMS)
+    ids = sorted(schemas.known_ids)  # the key schema (id only) adds nothing
+    assert schemas.table_params_for(ids) == {(C.SCHEMA, C.TABLE): ALL_TYPES_TABLE_PARAMS}
+
+
+def test_string_mode_writes_what_tiflow_writes_so_precision_is_unknown() -> None:
+    """tiflow's columnToAvroSchema gives a string-mode DECIMAL only its tidb_type: the declared precision
+    and scale only check the values."""
+    options = {**EXT, "avro-decimal-handling-mode": "string"}
+    schemas = AvroSchemas()
+    (key, value), = AvroEncoder(options, schemas=schemas, column_params=ALL_TYPES_PARAMS).encode([C.INSERT])
+    text = value_schema(schemas, value)
+    decimal_type = field_type(json.loads(text), "c_decimal")
+    assert decimal_type == {"type": "string", "connect.parameters": {"tidb_type": "DECIMAL"}}
+    _, _, params = table_params(text)
+    assert "c_decimal" not in params and params["c_enum"]["members"] == ["a", "b", "c"]
+    assert AvroDecoder(options, schemas=schemas).decode(key, value, CTX) == [expected(with_labels(C.INSERT), True)]
+
+
+def test_without_params_the_schema_is_as_before() -> None:
+    schemas = AvroSchemas()
+    (_, value), = AvroEncoder(EXT, schemas=schemas).encode([with_labels(C.INSERT)])
+    _, _, params = table_params(value_schema(schemas, value))
+    assert params == {"c_decimal": {"precision": 65, "scale": 7, "members": None}}  # 65: unknown
+
+
+@pytest.mark.parametrize("mode", ["precise", "string"])
+@pytest.mark.parametrize(
+    "declared, value, reason",
+    [
+        ({"precision": 4, "scale": 2}, "123.45", r"'123.45' has more digits than DECIMAL\(4,2\) holds"),
+        ({"precision": 4, "scale": 2}, "1.5", "expected 2 fractional digits, got '1.5'"),
+        ({"precision": 4}, "-99999", r"'-99999' has more digits than DECIMAL\(4(,0)?\) holds"),
+        ({"precision": 4, "scale": 2}, "1e5", "expected a DECIMAL as a decimal number string"),
+    ],
+)
+def test_decimal_values_must_fit_the_declared_type(
+    mode: str, declared: dict[str, Any], value: str, reason: str
+) -> None:
+    cols = (Column("id", int(T.INT), KEY, 1), Column("d", int(T.DECIMAL), F.NULLABLE, value))
+    encoder = AvroEncoder({"avro-decimal-handling-mode": mode}, column_params={("test", "t", "d"): declared})
+    with pytest.raises(EncodeError, match=f"avro: test.t column d: {reason}"):
+        encoder.encode([RowChange(1, "test", "t", Op.INSERT, cols, None)])
+
+
+def test_declared_precision_alone_keeps_the_scale_of_the_values() -> None:
+    schemas = AvroSchemas()
+    cols = (Column("id", int(T.INT), KEY, 1), Column("d", int(T.DECIMAL), F.NULLABLE, "-99.99"))
+    event = RowChange(1, "test", "t", Op.INSERT, cols, None)
+    encoder = AvroEncoder({}, schemas=schemas, column_params={("test", "t", "d"): {"precision": 4}})
+    (_, value), = encoder.encode([event])
+    assert table_params(value_schema(schemas, value))[2] == {"d": {"precision": 4, "scale": 2, "members": None}}
+    assert AvroDecoder({}, schemas=schemas).decode(None, value, CTX)[0].new_values()["d"] == "-99.99"
+
+
+def test_members_with_commas_are_escaped_as_tiflow_does() -> None:
+    members = ["a,b", "c", "", "it's"]
+    cols = (Column("id", int(T.INT), KEY, 1), Column("s", int(T.SET), F.NULLABLE, 0b1001))
+    schemas = AvroSchemas()
+    encoder = AvroEncoder({}, schemas=schemas, column_params={("test", "t", "s"): {"members": members}})
+    (_, value), = encoder.encode([RowChange(1, "test", "t", Op.INSERT, cols, None)])
+    text = value_schema(schemas, value)
+    assert field_type(json.loads(text), "s")["connect.parameters"]["allowed"] == "a\\,b,c,,it's"
+    assert table_params(text)[2]["s"]["members"] == members
+    assert AvroDecoder({}, schemas=schemas).decode(None, value, CTX)[0].new_values()["s"] == "a,b,it's"
+
+
+def test_column_params_members_win_over_enum_elements() -> None:
+    key = (C.SCHEMA, C.TABLE, "c_enum")
+    encoder = AvroEncoder(
+        EXT, enum_elements={key: ("x", "y", "z")}, column_params={key: {"members": ENUM_ELEMENTS}}
+    )
+    only = C.INSERT._replace(columns=tuple(c for c in C.INSERT.columns if c.name in {"id", "c_enum"}))
+    (key_bytes, value), = encoder.encode([only])
+    assert AvroDecoder(EXT, schemas=encoder.schemas).decode(key_bytes, value, CTX)[0].new_values()["c_enum"] == "a"
+    # params without members keep the enum_elements' members
+    encoder = AvroEncoder(EXT, enum_elements={key: ("x", "y")}, column_params={key: {"precision": None}})
+    (key_bytes, value), = encoder.encode([only])
+    assert AvroDecoder(EXT, schemas=encoder.schemas).decode(key_bytes, value, CTX)[0].new_values()["c_enum"] == "x"
+
+
+@pytest.mark.parametrize(
+    "params, error, match",
+    [
+        ({("t", "d"): {}}, TypeError, r"column_params keys must be \(schema, table, column\) tuples of str"),
+        ({("s", "t", "d"): 10}, TypeError, r"column_params\[\('s', 't', 'd'\)\] must be a mapping, got int"),
+        ({("s", "t", "d"): {"length": 3}}, ValueError, r"unknown keys \['length'\]; expected precision, scale"),
+        ({("s", "t", "d"): {"precision": 0}}, ValueError, r"precision must be in 1..65, got 0"),
+        ({("s", "t", "d"): {"precision": "10"}}, TypeError, r"precision must be an int or None, got str"),
+        ({("s", "t", "d"): {"precision": True}}, TypeError, r"precision must be an int or None, got bool"),
+        ({("s", "t", "d"): {"precision": 10, "scale": 11}}, ValueError, r"scale must be in 0..10, got 11"),
+        ({("s", "t", "d"): {"scale": 31}}, ValueError, r"scale must be in 0..30, got 31"),
+        ({("s", "t", "d"): {"members": "ab"}}, TypeError, r"members must be a sequence of str"),
+        ({("s", "t", "d"): {"members": [1]}}, TypeError, r"members must be a sequence of str"),
+    ],
+)
+def test_column_params_are_checked_eagerly(params: Any, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        AvroEncoder({}, column_params=params)
+
+
+def test_table_params_of_a_hand_written_ticdc_schema() -> None:
+    assert table_params((TESTDATA / "t_value.avsc").read_text()) == ("test", "t", {
+        "price": {"precision": 10, "scale": 4, "members": None},
+        "color": {"precision": None, "scale": None, "members": ["red", "green", "blue"]},
+    })
+    assert table_params((TESTDATA / "t_key.avsc").read_text()) == ("test", "t", {})
+    # a precision the schema leaves out is unknown; the scale defaults to 0 (Avro spec)
+    field = column_field("d", "DECIMAL", "bytes", nullable=True, logicalType="decimal")
+    assert table_params(record_schema([field]))[2] == {"d": {"precision": None, "scale": 0, "members": None}}
+
+
+def test_table_params_restores_the_original_names() -> None:
+    cols = (Column("id", int(T.INT), KEY, 1), Column("amount-1", int(T.DECIMAL), F.NULLABLE, "1.00"))
+    schemas = AvroSchemas()
+    params = {("my-db", "2024.orders", "amount-1"): {"precision": 6, "scale": 2}}
+    (_, value), = AvroEncoder({}, schemas=schemas, column_params=params).encode(
+        [RowChange(1, "my-db", "2024.orders", Op.INSERT, cols, None)]
+    )
+    assert table_params(value_schema(schemas, value)) == (
+        "my-db", "2024.orders", {"amount-1": {"precision": 6, "scale": 2, "members": None}}
+    )
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("{nope", "not JSON"),
+        ('{"type": "string"}', "expected an Avro record schema"),
+        (record_schema([{"name": "a", "type": "int"}]), "field a: no connect.parameters.tidb_type"),
+        (record_schema([column_field("d", "DECIMAL", "bytes", logicalType="decimal", precision=0)]),
+         "field d: a DECIMAL precision must be an int in 1..65, got 0"),
+        (record_schema([column_field("d", "DECIMAL", "bytes", logicalType="decimal", precision=3, scale=5)]),
+         "field d: a DECIMAL scale must be an int in 0..30 and at most the precision, got 5"),
+        (record_schema([{"name": "e", "type": {"type": "string",
+                                               "connect.parameters": {"tidb_type": "ENUM", "allowed": 3}}}]),
+         "field e: connect.parameters allowed must be a string, got 3"),
+    ],
+)
+def test_table_params_of_a_schema_that_is_not_ticdcs(text: str, reason: str) -> None:
+    with pytest.raises(DecodeError, match=f"not a TiCDC Avro schema: {reason}"):
+        table_params(text)
+    if text != "{nope":  # AvroSchemas itself refuses a schema that is not a JSON object
+        with pytest.raises(DecodeError, match=f"schema id 5 is not a TiCDC Avro schema: {reason}"):
+            AvroSchemas({5: text}).table_params_for([5])
+
+
+def test_table_params_for_merges_versions_in_order() -> None:
+    def decimal(name: str, precision: int, scale: int) -> dict[str, Any]:
+        return column_field(name, "DECIMAL", "bytes", nullable=True, logicalType="decimal", precision=precision,
+                            scale=scale)
+
+    def members(name: str, kind: str, allowed: str) -> dict[str, Any]:
+        inner = {"type": "string", "connect.parameters": {"tidb_type": kind, "allowed": allowed}}
+        return {"default": None, "name": name, "type": ["null", inner]}
+
+    key = column_field("id", "INT", "int")
+    v1 = record_schema([key, decimal("d", 10, 2), members("e", "ENUM", "a,b")])
+    v2 = record_schema([key, decimal("d", 12, 4), column_field("e", "INT", "int"), members("f", "SET", "x")])
+    other = record_schema([key], name="u")
+    schemas = AvroSchemas({1: v1, 2: v2, 3: other})
+    assert schemas.table_params_for([1, 2, 3]) == {
+        ("test", "t"): {
+            "d": {"precision": 12, "scale": 4, "members": None},  # the later version wins
+            "f": {"precision": None, "scale": None, "members": ["x"]},  # e became an INT: nothing known
+        },
+        ("test", "u"): {},
+    }
+    assert schemas.table_params_for([2, 1])[("test", "t")] == {
+        "d": {"precision": 10, "scale": 2, "members": None},
+        "e": {"precision": None, "scale": None, "members": ["a", "b"]},
+        "f": {"precision": None, "scale": None, "members": ["x"]},
+    }
+    with pytest.raises(SchemaNotFoundError, match="unknown schema id 4"):
+        schemas.table_params_for([1, 4])
+
+
+# --------------------------------------------------------------------------------------------------
 # Schema sources
 
 
@@ -873,20 +1087,27 @@ _KINDS: list[tuple[int, F, Any]] = [
 ]
 
 
+_Case = tuple[list[RowChange], dict[str, str], dict[tuple[str, str, str], dict[str, Any]]]
+
+
 @st.composite
-def _table_events(draw: Any) -> tuple[list[RowChange], dict[str, str]]:
+def _table_events(draw: Any) -> _Case:
     names = draw(st.lists(_NAME, min_size=1, max_size=8, unique_by=sanitize_name))
+    schema, table = draw(_NAME), draw(_NAME)
     key_kind = draw(st.sampled_from([(T.BIGINT, _ints(-(2**63), 2**63 - 1)), (T.VARCHAR, _TEXT)]))
     layout = [(names[0], int(key_kind[0]), KEY, key_kind[1])]
+    params: dict[tuple[str, str, str], dict[str, Any]] = {}
     for name in names[1:]:
         code, flags, values = draw(st.sampled_from(_KINDS))
         if values is None:
-            values = _decimals(draw(st.integers(0, 10)))
+            scale = draw(st.integers(0, 10))
+            values = _decimals(scale)
+            if draw(st.booleans()):  # declared: the values hold at most 21 digits
+                params[(schema, table, name)] = {"precision": draw(st.integers(21, 65)), "scale": scale}
         if draw(st.booleans()):
             flags |= F.NULLABLE
             values = st.none() | values
         layout.append((name, int(code), F(flags), values))
-    schema, table = draw(_NAME), draw(_NAME)
     events = []
     for _ in range(draw(st.integers(1, 4))):
         image = tuple(Column(n, code, flags, draw(values)) for n, code, flags, values in layout)
@@ -901,15 +1122,15 @@ def _table_events(draw: Any) -> tuple[list[RowChange], dict[str, str]]:
         "avro-decimal-handling-mode": draw(st.sampled_from(["precise", "string"])),
         "avro-bigint-unsigned-handling-mode": draw(st.sampled_from(["long", "string"])),
     }
-    return events, options
+    return events, options, params
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_table_events())
-def test_property_round_trip(case: tuple[list[RowChange], dict[str, str]]) -> None:
-    events, options = case
+def test_property_round_trip(case: _Case) -> None:
+    events, options, params = case
     extension = options["enable-tidb-extension"] == "true"
-    assert round_trip(events, options) == [expected(e, extension) for e in events]
+    assert round_trip(events, options, column_params=params) == [expected(e, extension) for e in events]
 
 
 def _valid_messages() -> tuple[AvroSchemas, list[tuple[bytes | None, bytes | None]]]:

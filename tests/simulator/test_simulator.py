@@ -552,6 +552,44 @@ def test_avro_registers_a_new_schema_version_after_add_column() -> None:
     assert summary["avro_schema_ids"] == sorted(registry.by_id)
 
 
+def expected_avro_params(oracle: Oracle, decimals: bool) -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
+    """The column params a sink must read from the Avro schemas: the DDL's DECIMAL(p,s) (unless
+    ``decimals`` is false) and ENUM members, per table."""
+    out: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for t in oracle.tables.values():
+        cols: dict[str, dict[str, Any]] = {}
+        for c in t.columns:
+            if c.enum_members is not None:
+                cols[c.name] = {"precision": None, "scale": None, "members": list(c.enum_members)}
+            elif c.precision is not None and decimals:
+                cols[c.name] = {"precision": c.precision, "scale": c.scale, "members": None}
+        out[(t.schema, t.table)] = cols
+    return out
+
+
+@pytest.mark.parametrize("mode", ["precise", "string"])
+def test_avro_schemas_carry_the_declared_decimal_and_enum_params(mode: str) -> None:
+    """Avro carries no DDL, so a sink types DECIMAL(p,s) and ENUM columns from the schemas: they hold the
+    tables' declared params (added columns included), as TiCDC writes them. String mode: TiCDC writes
+    no precision/scale for a DECIMAL, so none is known."""
+    if mode == "precise":
+        sim = run_of("avro", {}).sim
+    else:
+        sim = Simulation("avro", {"avro-decimal-handling-mode": "string"}, seed=11, events=EVENTS, tables=4,
+                         partitions=PARTITIONS, topic="sim")
+        for _ in sim.messages():
+            pass
+    got = sim.schemas.table_params_for(sorted(sim.schemas.known_ids))
+    assert got == expected_avro_params(sim.oracle(), decimals=mode == "precise")
+    declared = {name: (p["precision"], p["scale"]) for cols in got.values() for name, p in cols.items()
+                if p["precision"] is not None}
+    if mode == "precise":
+        assert declared["c_decimal"] == (20, 6) and declared["price"] == (38, 10)
+        assert any(name.startswith("added_") for name in declared)
+    else:
+        assert not declared
+
+
 # --------------------------------------------------------------------------------------------------
 # CLI and sinks
 
@@ -589,6 +627,18 @@ def test_cli_writes_messages_and_oracle(tmp_path: Path, capsys: pytest.CaptureFi
     out2 = tmp_path / "again"
     assert run(_parse([a if a != str(out) else str(out2) for a in argv])) == 0
     assert (out2 / "messages.jsonl").read_bytes() == (out / "messages.jsonl").read_bytes()
+
+
+def test_cli_registers_avro_schemas_in_the_mock_registry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``mock://`` is confluent-kafka's in-process registry (``SchemaRegistryClient.new_client``; the plain
+    constructor would try HTTP)."""
+    pytest.importorskip("confluent_kafka.schema_registry")
+    argv = ["--protocol", "avro", "--seed", "3", "--events", "200", "--tables", "2", "--partitions", "2",
+            "--out", str(tmp_path), "--schema-registry", "mock://ticdc-delta-sim-cli"]
+    assert run(_parse(argv)) == 0
+    summary = __import__("json").loads(capsys.readouterr().out)
+    assert len(summary["avro_schema_ids"]) >= 4  # key + value per table, new versions after ADD COLUMN
+    assert "avro_schema_dir" not in summary and not (tmp_path / "avro-schemas").exists()
 
 
 def test_cli_rejects_inconsistent_destinations(tmp_path: Path) -> None:

@@ -35,6 +35,13 @@ gets ``"tidb_column_name"``, the record gets ``"connect.parameters": {"tidb_sche
 "tidb_table_name": ...}``. The decoder prefers these when present; real TiCDC messages, which lack
 them, decode to the sanitized names.
 
+Column types beyond ``tidb_type``: Avro carries no DDL, so DECIMAL(p, s) and ENUM/SET members come from
+the schemas. In precise mode TiCDC writes the declared precision and scale as the ``logicalType``
+decimal's attributes; ENUM/SET carry their members in ``connect.parameters.allowed``. In string mode
+tiflow writes only ``tidb_type`` for a DECIMAL (``columnToAvroSchema``), so precision and scale are
+unknown there. :func:`table_params` / :meth:`AvroSchemas.table_params_for` read what is known; the
+encoder writes it when given ``column_params``.
+
 Schema ids resolve through :class:`AvroSchemas`: local ``.avsc`` files, a Schema Registry client, or a
 picklable snapshot the driver ships to Spark executors (no network calls there).
 """
@@ -74,7 +81,7 @@ from .model import (
     column_flag,
 )
 
-__all__ = ["AvroSchemas", "AvroDecoder", "AvroEncoder", "PROTOCOL", "sanitize_name"]
+__all__ = ["AvroSchemas", "AvroDecoder", "AvroEncoder", "PROTOCOL", "sanitize_name", "table_params"]
 
 PROTOCOL = "avro"
 
@@ -102,7 +109,7 @@ _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 _MAX_DECIMAL_BYTES = 32  # DECIMAL(65) needs 28 bytes of two's complement; more is not a TiDB value
 _MAX_DECIMAL_SCALE = 30  # MySQL's DECIMAL scale limit
-_DECIMAL_PRECISION = 65  # see AvroEncoder: the value does not tell the declared precision
+_DECIMAL_PRECISION = 65  # when the declared precision is unknown (see AvroEncoder): MySQL's maximum
 _BIT_LENGTH = "64"  # ditto for BIT(M): the widest BIT
 _DECIMAL_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
 _UINT_TEXT = re.compile(r"[0-9]{1,20}")
@@ -343,6 +350,35 @@ class AvroSchemas:
             wanted.update(self._subject_ids(subject))
         return AvroSchemas({sid: self.get(sid) for sid in sorted(wanted)})
 
+    def table_params_for(self, ids: Iterable[int]) -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
+        """:func:`table_params` of the schemas ``ids``, merged per table: ``{(schema, table): {column:
+        {"precision", "scale", "members"}}}``.
+
+        Schemas are read in the order given (pass a subject's versions oldest first): a later schema's
+        view of a column replaces an earlier one's, and a column a later schema declares with nothing
+        known (say, retyped to INT) is dropped. Every table of ``ids`` has an entry, possibly empty.
+
+        Raises:
+            SchemaNotFoundError, TransientError: an id that cannot be resolved (see :meth:`get`).
+            DecodeError: a schema that is not a TiCDC Avro schema (names the id).
+            TypeError, ValueError: an id that is not a 4-byte unsigned int.
+        """
+        out: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        for raw_id in ids:
+            sid = _schema_id(raw_id)
+            text = self.get(sid)
+            try:
+                schema, table, columns = _schema_columns(text)
+            except _Bad as exc:
+                raise DecodeError(PROTOCOL, f"schema id {sid} is not a TiCDC Avro schema: {exc}") from exc
+            merged = out.setdefault((schema, table), {})
+            for name, params in columns.items():
+                if params is None:
+                    merged.pop(name, None)
+                else:
+                    merged[name] = params
+        return out
+
     def _subject_ids(self, subject: str) -> list[int]:
         if self._client is None:
             if subject not in self._subjects:
@@ -569,11 +605,11 @@ def _field_spec(field: Any) -> _FieldSpec | None:
     return _FieldSpec(name, column, int(code), column_flag(int(flags)), conv)
 
 
-def _compile(schema_id: int, text: str) -> _Plan:
-    """The decoding plan of one TiCDC key or value schema.
+def _load_record(text: str) -> dict[str, Any]:
+    """The parsed record schema.
 
     Raises:
-        _Bad: not a TiCDC record schema.
+        _Bad: not JSON, or not an Avro record schema.
     """
     try:
         doc = orjson.loads(text)
@@ -581,6 +617,15 @@ def _compile(schema_id: int, text: str) -> _Plan:
         raise _Bad(f"not JSON ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("type") != "record" or not isinstance(doc.get("fields"), list):
         raise _Bad("expected an Avro record schema")
+    return doc
+
+
+def _table_names(doc: dict[str, Any]) -> tuple[str, str]:
+    """The (schema, table) of a record: the original names where the encoder kept them.
+
+    Raises:
+        _Bad: names that are not strings.
+    """
     name, namespace = doc.get("name"), doc.get("namespace", "")
     if not isinstance(name, str) or not isinstance(namespace, str):
         raise _Bad("the record's name and namespace must be strings")
@@ -595,6 +640,17 @@ def _compile(schema_id: int, text: str) -> _Plan:
     table = _param_str(record_params, _TABLE_NAME, table, "record")
     if not isinstance(schema, str):
         raise _Bad(f"record: connect.parameters {_SCHEMA_NAME} must be a string, got {schema!r}")
+    return schema, table
+
+
+def _compile(schema_id: int, text: str) -> _Plan:
+    """The decoding plan of one TiCDC key or value schema.
+
+    Raises:
+        _Bad: not a TiCDC record schema.
+    """
+    doc = _load_record(text)
+    schema, table = _table_names(doc)
     specs = [s for s in map(_field_spec, doc["fields"]) if s is not None]
     field_names = {f.get("name") for f in doc["fields"]}
     extension = _OP in field_names or _COMMIT_TS in field_names
@@ -607,6 +663,102 @@ def _compile(schema_id: int, text: str) -> _Plan:
     except Exception as exc:  # noqa: BLE001 - fastavro's SchemaParseException and friends
         raise _Bad(f"fastavro cannot parse it ({_bad_exc(exc)})") from exc
     return _Plan(schema_id, parsed, schema, table, tuple(specs), extension)
+
+
+# --------------------------------------------------------------------------------------------------
+# Column parameters: what a Delta column type needs beyond the tidb_type (Avro carries no DDL)
+
+_MAX_DECIMAL_PRECISION = 65  # MySQL's DECIMAL precision limit
+_PRECISION, _SCALE, _MEMBERS = "precision", "scale", "members"
+_ALLOWED = "allowed"
+_ALLOWED_SEPARATOR = re.compile(r"(?<!\\),")  # a "," that tiflow's escapeEnumAndSetOptions left bare
+
+
+def _decimal_params(where: str, ftype: dict[str, Any]) -> dict[str, Any]:
+    """Precision and scale of a ``logicalType`` decimal (the Avro spec's attributes).
+
+    Raises:
+        _Bad: a precision outside 1..65, a scale outside 0..30 or above the precision.
+    """
+    precision, scale = ftype.get(_PRECISION), ftype.get(_SCALE, 0)
+    if precision is not None and (
+        type(precision) is not int or not 1 <= precision <= _MAX_DECIMAL_PRECISION
+    ):
+        raise _Bad(f"{where}: a DECIMAL precision must be an int in 1..65, got {precision!r}")
+    if type(scale) is not int or not 0 <= scale <= min(_MAX_DECIMAL_SCALE, precision or _MAX_DECIMAL_SCALE):
+        raise _Bad(f"{where}: a DECIMAL scale must be an int in 0..30 and at most the precision, got {scale!r}")
+    return {_PRECISION: precision, _SCALE: scale, _MEMBERS: None}
+
+
+def _split_allowed(allowed: str) -> list[str]:
+    """The ENUM/SET members of a ``connect.parameters.allowed`` list: ``,``-separated, a ``,`` inside a
+    member escaped as ``\\,`` (tiflow ``escapeEnumAndSetOptions``, after Debezium)."""
+    return [m.replace("\\,", ",") for m in _ALLOWED_SEPARATOR.split(allowed)]
+
+
+def _field_params(field: dict[str, Any]) -> dict[str, Any] | None:
+    """What the schema declares about a (validated) column field beyond its tidb_type, or ``None``.
+
+    Raises:
+        _Bad: a malformed precision, scale or ``allowed``.
+    """
+    ftype = field["type"]
+    if isinstance(ftype, list):
+        ftype = next(b for b in ftype if b != "null")
+    params = ftype[_PARAMS]
+    tidb_type = params["tidb_type"]
+    where = f"field {field['name']}"
+    if tidb_type == "DECIMAL":
+        # precise mode: the logicalType's precision/scale (tiflow: the column's declared flen/decimal);
+        # string mode: tiflow writes only the tidb_type, so nothing is known
+        return _decimal_params(where, ftype) if ftype.get("type") == "bytes" else None
+    if tidb_type in ("ENUM", "SET") and _ALLOWED in params:
+        allowed = params[_ALLOWED]
+        if not isinstance(allowed, str):
+            raise _Bad(f"{where}: connect.parameters allowed must be a string, got {allowed!r}")
+        return {_PRECISION: None, _SCALE: None, _MEMBERS: _split_allowed(allowed)}
+    return None
+
+
+def _schema_columns(text: str) -> tuple[str, str, dict[str, dict[str, Any] | None]]:
+    """(schema, table, {column: params or None}) for every column of a TiCDC key or value schema.
+
+    Raises:
+        _Bad: not a TiCDC record schema, or malformed parameters.
+    """
+    doc = _load_record(text)
+    schema, table = _table_names(doc)
+    columns: dict[str, dict[str, Any] | None] = {}
+    for field in doc["fields"]:
+        spec = _field_spec(field)  # validates the field; None for the TiDB extension fields
+        if spec is not None:
+            columns[spec.column] = _field_params(field)
+    return schema, table, columns
+
+
+def table_params(schema_json: str) -> tuple[str, str, dict[str, dict[str, Any]]]:
+    """What a TiCDC Avro schema says about its table's column types beyond each ``tidb_type``.
+
+    Avro carries no DDL, so a sink learns DECIMAL(p, s) and ENUM/SET members from the schemas:
+    returns ``(schema, table, {column: {"precision": p, "scale": s, "members": [...]}})`` with the
+    original names (as the decoder restores them) and only the columns where something is known:
+
+    - DECIMAL in precise mode: the ``logicalType`` decimal's ``precision`` and ``scale`` (TiCDC writes
+      the declared ones; ``precision`` is ``None`` if a hand-written schema leaves it out);
+      ``members`` is ``None``.
+    - DECIMAL in string mode: nothing (TiCDC writes only ``tidb_type``), so the column is left out.
+    - ENUM/SET: ``members`` from ``connect.parameters.allowed``; ``precision``/``scale`` ``None``.
+
+    Works for key and value schemas (the TiDB extension fields are skipped).
+
+    Raises:
+        DecodeError: not a TiCDC Avro record schema, or a malformed precision, scale or ``allowed``.
+    """
+    try:
+        schema, table, columns = _schema_columns(schema_json)
+    except _Bad as exc:
+        raise DecodeError(PROTOCOL, f"not a TiCDC Avro schema: {exc}") from exc
+    return schema, table, {name: params for name, params in columns.items() if params is not None}
 
 
 class AvroDecoder:
@@ -887,16 +1039,33 @@ def _decimal_scale(value: Any) -> int:
     return len(frac) if dot else 0
 
 
-def _decimal_string_writer(value: Any) -> str:
-    _decimal_scale(value)
-    return str(value)
+def _decimal_unscaled(value: Any, precision: int | None, scale: int | None) -> int:
+    """The unscaled integer of a DECIMAL value, checked against the declared precision and scale.
+
+    Raises:
+        _Bad: not a decimal number, other fractional digits than ``scale``, more digits than
+            ``precision`` (``None``: not checked).
+    """
+    if _decimal_scale(value) != scale and scale is not None:
+        raise _Bad(f"expected {scale} fractional digits, got {value!r}")
+    unscaled = int(value.replace(".", ""))
+    if precision is not None and abs(unscaled) >= 10**precision:
+        declared = f"DECIMAL({precision},{scale})" if scale is not None else f"DECIMAL({precision})"
+        raise _Bad(f"{value[:70]!r} has more digits than {declared} holds")
+    return unscaled
 
 
-def _decimal_bytes_writer(scale: int) -> Callable[[Any], bytes]:
+def _decimal_string_writer(precision: int | None, scale: int | None) -> Callable[[Any], str]:
+    def write(value: Any) -> str:
+        _decimal_unscaled(value, precision, scale)
+        return str(value)
+
+    return write
+
+
+def _decimal_bytes_writer(precision: int | None, scale: int) -> Callable[[Any], bytes]:
     def write(value: Any) -> bytes:
-        if _decimal_scale(value) != scale:
-            raise _Bad(f"expected {scale} fractional digits, got {value!r}")
-        unscaled = int(value.replace(".", ""))
+        unscaled = _decimal_unscaled(value, precision, scale)
         # two's complement, big endian, as few bytes as hold the sign (Avro decimal)
         size = ((unscaled + (unscaled < 0)).bit_length() + 8) // 8
         if size > _MAX_DECIMAL_BYTES:
@@ -911,7 +1080,7 @@ def _enum_writer(elements: Sequence[str] | None) -> Callable[[Any], str]:
         if isinstance(value, str):
             return value
         if elements is None or isinstance(value, bool) or not isinstance(value, int):
-            raise _Bad(f"expected the ENUM label (str), got {str(value)[:40]!r}; an index needs enum_elements")
+            raise _Bad(f"expected the ENUM label (str), got {str(value)[:40]!r}; an index needs the column's members")
         if value == 0:  # MySQL's "invalid value" member
             return ""
         if not 1 <= value <= len(elements):
@@ -926,12 +1095,79 @@ def _set_writer(elements: Sequence[str] | None) -> Callable[[Any], str]:
         if isinstance(value, str):
             return value
         if elements is None or isinstance(value, bool) or not isinstance(value, int):
-            raise _Bad(f"expected the SET labels (str), got {str(value)[:40]!r}; a bit mask needs enum_elements")
+            raise _Bad(f"expected the SET labels (str), got {str(value)[:40]!r}; a bit mask needs the column's members")
         if not 0 <= value < (1 << len(elements)):
             raise _Bad(f"SET bit mask {value} has bits beyond the {len(elements)} members")
         return ",".join(e for i, e in enumerate(elements) if value >> i & 1)
 
     return write
+
+
+class _ColumnParams(NamedTuple):
+    """What the encoder knows about one column beyond its type code (see ``column_params``)."""
+
+    precision: int | None
+    scale: int | None
+    members: tuple[str, ...] | None
+
+
+def _params_key(key: Any, where: str) -> tuple[str, str, str]:
+    if not (isinstance(key, tuple) and len(key) == 3 and all(isinstance(k, str) for k in key)):
+        raise TypeError(f"{where} keys must be (schema, table, column) tuples of str, got {key!r}")
+    return key
+
+
+def _members(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not all(
+        isinstance(m, str) for m in value
+    ):
+        raise TypeError(f"{where} must be a sequence of str (the ENUM/SET members), got {str(value)[:80]}")
+    return tuple(value)
+
+
+def _bounded_int(value: Any, lo: int, hi: int, where: str) -> int | None:
+    if value is None:
+        return None
+    if type(value) is not int:
+        raise TypeError(f"{where} must be an int or None, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{where} must be in {lo}..{hi}, got {value}")
+    return value
+
+
+def _column_params(
+    column_params: Mapping[tuple[str, str, str], Mapping[str, Any]] | None,
+    enum_elements: Mapping[tuple[str, str, str], Sequence[str]] | None,
+) -> dict[tuple[str, str, str], _ColumnParams]:
+    """The encoder's arguments, checked and merged (``column_params`` members win over ``enum_elements``).
+
+    Raises:
+        TypeError: a key that is not a (schema, table, column) tuple, a params entry that is not a
+            mapping, or a value of the wrong type.
+        ValueError: an unknown params key, a precision outside 1..65, a scale outside 0..30 or above
+            the precision.
+    """
+    out: dict[tuple[str, str, str], _ColumnParams] = {}
+    for key, elements in (enum_elements or {}).items():
+        members = _members(elements, f"enum_elements[{key!r}]")
+        out[_params_key(key, "enum_elements")] = _ColumnParams(None, None, members)
+    for key, params in (column_params or {}).items():
+        key = _params_key(key, "column_params")
+        where = f"column_params[{key!r}]"
+        if not isinstance(params, Mapping):
+            raise TypeError(f"{where} must be a mapping, got {type(params).__name__}")
+        unknown = set(params) - {_PRECISION, _SCALE, _MEMBERS}
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {sorted(map(str, unknown))}; expected precision, scale, members")
+        precision = _bounded_int(params.get(_PRECISION), 1, _MAX_DECIMAL_PRECISION, f"{where} precision")
+        scale = _bounded_int(params.get(_SCALE), 0, min(_MAX_DECIMAL_SCALE, precision or _MAX_DECIMAL_SCALE),
+                             f"{where} scale")
+        raw_members = params.get(_MEMBERS)
+        members = None if raw_members is None else _members(raw_members, f"{where} members")
+        if members is None and key in out:
+            members = out[key].members  # the same column's enum_elements
+        out[key] = _ColumnParams(precision, scale, members)
+    return out
 
 
 class _Writer(NamedTuple):
@@ -953,13 +1189,21 @@ class AvroEncoder:
 
     What the model does not carry is chosen so that every decoded value round-trips:
 
-    - DECIMAL precise: ``precision`` 65 (MySQL's maximum; the declared precision is not in the event)
-      and ``scale`` = the value's fractional digits (TiDB prints every value of a column with the
-      column's scale), remembered per column for NULL values;
+    - DECIMAL precise: ``logicalType`` decimal with the declared ``precision`` and ``scale`` when
+      ``column_params`` gives them (what TiCDC writes: the column's flen/decimal); otherwise
+      ``precision`` 65 (MySQL's maximum) and ``scale`` = the value's fractional digits (TiDB prints
+      every value of a column with the column's scale), remembered per column for NULL values;
+    - DECIMAL string: ``{"type": "string", "connect.parameters": {"tidb_type": "DECIMAL"}}`` as tiflow
+      writes it: the declared precision and scale are not in the schema (they only check values);
     - BIT: ``"length": "64"``;
-    - ENUM/SET: values must be labels; an int index / bit mask is mapped only when
-      ``enum_elements[(schema, table, column)]`` lists the members (which also fills ``"allowed"``);
+    - ENUM/SET: values must be labels; an int index / bit mask is mapped only when the column's members
+      are known (``column_params`` ``members`` or ``enum_elements``), which also fills ``"allowed"``;
     - FLOAT: Avro ``double``, as the seed's table says (tiflow writes ``float``; the decoder reads both).
+
+    ``column_params={(schema, table, column): {"precision": p, "scale": s, "members": [...]}}`` (each
+    key optional, ``None`` = unknown; :func:`table_params` returns this shape) declares what the DDL
+    says; ``enum_elements={(schema, table, column): members}`` is the older spelling of ``members``.
+    A value that does not fit the declared precision or scale is an :class:`EncodeError`.
 
     Options: ``enable-tidb-extension``, ``avro-decimal-handling-mode``,
     ``avro-bigint-unsigned-handling-mode`` (see the module docstring), ``topic`` (default
@@ -978,11 +1222,14 @@ class AvroEncoder:
         *,
         schemas: AvroSchemas | None = None,
         enum_elements: Mapping[tuple[str, str, str], Sequence[str]] | None = None,
+        column_params: Mapping[tuple[str, str, str], Mapping[str, Any]] | None = None,
     ) -> None:
         """
         Raises:
-            ValueError: a bad option value.
-            TypeError: ``schemas`` is not an :class:`AvroSchemas` (``None``: a fresh dict-backed one).
+            ValueError: a bad option value, or a bad ``column_params`` value (unknown key, precision
+                outside 1..65, scale outside 0..30 or above the precision).
+            TypeError: ``schemas`` is not an :class:`AvroSchemas` (``None``: a fresh dict-backed one),
+                or ``column_params`` / ``enum_elements`` of the wrong shape.
         """
         opts = dict(options or {})
         self._extension = parse_bool_option(opts, "enable-tidb-extension", False)
@@ -996,7 +1243,7 @@ class AvroEncoder:
         if not self._namespace:
             raise ValueError("option namespace must not be empty")
         self.schemas = _coerce_schemas(schemas, required=False)
-        self._elements = {k: tuple(v) for k, v in (enum_elements or {}).items()}
+        self._params = _column_params(column_params, enum_elements)
         self._writers: dict[tuple[Any, ...], _Writer] = {}
         self._scales: dict[tuple[str, str, str], int] = {}
 
@@ -1076,7 +1323,11 @@ class AvroEncoder:
         scales: list[int | None] = []
         for col in columns:
             scale = None
-            if col.type == TypeCode.DECIMAL and self._decimal_mode == _DECIMAL_PRECISE:
+            if col.type == TypeCode.DECIMAL:
+                known = self._params.get((event.schema, event.table, col.name))
+                scale = known.scale if known is not None else None
+            if scale is None and col.type == TypeCode.DECIMAL and self._decimal_mode == _DECIMAL_PRECISE:
+                # no declared scale: the value's (see the class docstring)
                 remembered = (event.schema, event.table, col.name)
                 if col.value is None:
                     scale = self._scales.get(remembered, 0)
@@ -1171,11 +1422,15 @@ class AvroEncoder:
             tidb_type, avro, conv = ("FLOAT" if code == TypeCode.FLOAT else "DOUBLE"), "double", _float_writer
         elif code == TypeCode.DECIMAL:
             tidb_type = "DECIMAL"
-            if scale is None:
-                avro, conv = "string", _decimal_string_writer
+            known = self._params.get((event.schema, event.table, col.name))
+            precision = known.precision if known is not None else None
+            if self._decimal_mode == _DECIMAL_STRING or scale is None:
+                # tiflow's string mode writes only the tidb_type: no precision, no scale
+                avro, conv = "string", _decimal_string_writer(precision, scale)
             else:
-                avro, conv = "bytes", _decimal_bytes_writer(scale)
-                extra = {"logicalType": "decimal", "precision": _DECIMAL_PRECISION, "scale": scale}
+                # tiflow: precision/scale = the column's declared flen/decimal (the defaults when unset)
+                avro, conv = "bytes", _decimal_bytes_writer(precision, scale)
+                extra = {"logicalType": "decimal", "precision": precision or _DECIMAL_PRECISION, "scale": scale}
         elif code == TypeCode.BIT:
             tidb_type, avro, conv = "BIT", "bytes", _bit_writer
             params["length"] = _BIT_LENGTH
@@ -1185,7 +1440,8 @@ class AvroEncoder:
             else:
                 tidb_type, avro, conv = "TEXT", "string", _str_writer
         elif code in (TypeCode.ENUM, TypeCode.SET):
-            elements = self._elements.get((event.schema, event.table, col.name))
+            known = self._params.get((event.schema, event.table, col.name))
+            elements = known.members if known is not None else None
             tidb_type, avro = ("ENUM", "string") if code == TypeCode.ENUM else ("SET", "string")
             conv = _enum_writer(elements) if code == TypeCode.ENUM else _set_writer(elements)
             if elements is not None:

@@ -124,7 +124,9 @@ def run(args: argparse.Namespace) -> int:
                 raise ConfigError(
                     f"--schema-registry needs confluent-kafka's schema-registry extras: {exc}"
                 ) from exc
-            schemas = AvroSchemas.from_registry(SchemaRegistryClient({"url": args.schema_registry}))
+            # new_client() gives the in-process mock for mock://; since confluent-kafka 2.x the
+            # constructor builds an HTTP client for any URL
+            schemas = AvroSchemas.from_registry(SchemaRegistryClient.new_client({"url": args.schema_registry}))
         else:
             schemas = AvroSchemas()
             base = Path(args.out) if args.out else oracle_path.parent

@@ -1,8 +1,9 @@
 """The TiCDC side of the simulation: what a changefeed writes to Kafka for the upstream commits.
 
 :class:`TiCDCStream` takes the commits of a :class:`~.workload.Workload` and produces Kafka messages
-per partition, encoded by the protocol's encoder (:func:`ticdc_delta.codec.encoder_for`), with the
-stream semantics of TiCDC's MQ sink (seeds 003 and 004):
+per partition, encoded by the protocol's encoder (:func:`ticdc_delta.codec.encoder_for`; for Avro an
+:class:`~ticdc_delta.codec.avro.AvroEncoder` that knows every table's DECIMAL precision/scale and ENUM
+members, :func:`avro_column_params`), with the stream semantics of TiCDC's MQ sink (seeds 003 and 004):
 
 - **Dispatch.** A row goes to the partition chosen by a stable hash (CRC-32) of its schema, table and
   handle-key values, as TiCDC's index-value dispatcher does: the same key always lands on the same
@@ -48,7 +49,15 @@ from ..codec.base import EventEncoder, parse_bool_option
 from ..codec.model import ColumnFlag, Event, ResolvedEvent, RowChange, TypeCode
 from .workload import Commit, Workload
 
-__all__ = ["OutMessage", "StreamCounts", "TiCDCStream", "partition_for", "ProtocolRules", "protocol_rules"]
+__all__ = [
+    "OutMessage",
+    "StreamCounts",
+    "TiCDCStream",
+    "partition_for",
+    "ProtocolRules",
+    "protocol_rules",
+    "avro_column_params",
+]
 
 _HANDLE = int(ColumnFlag.HANDLE_KEY)
 _and = int.__and__
@@ -111,6 +120,27 @@ def partition_for(row: RowChange, partitions: int) -> int:
             v = c.value
             parts.append(v.hex() if isinstance(v, (bytes, bytearray)) else str(v))
     return zlib.crc32("\x00".join(parts).encode("utf-8", "surrogatepass")) % partitions
+
+
+def avro_column_params(workload: Workload) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """``{(schema, table, column): {"precision", "scale", "members"}}`` of every DECIMAL, ENUM and SET
+    column the workload's tables will ever have (columns added later included).
+
+    What TiCDC's Avro encoder takes from the table's column info (tiflow ``columnToAvroSchema``: a
+    DECIMAL's declared flen/decimal, an ENUM's elems), for :class:`~ticdc_delta.codec.avro.AvroEncoder`'s
+    ``column_params``.
+    """
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    # the workload plans its ADD COLUMNs up front (Workload._planned) so that they are known here
+    for table, planned in zip(workload.tables, workload._planned):
+        for spec in [*table.columns, *(s for _, s in planned)]:
+            if spec.precision is None and spec.scale is None and spec.enum_members is None:
+                continue
+            members = list(spec.enum_members) if spec.enum_members is not None else None
+            out[(table.schema, table.table, spec.name)] = {
+                "precision": spec.precision, "scale": spec.scale, "members": members,
+            }
+    return out
 
 
 @dataclass
@@ -206,6 +236,7 @@ class TiCDCStream:
         self._rng = random.Random(f"ticdc-delta-stream/{seed}")
         self._enums = workload.enum_members()
         self._enum_tables = {(s, t) for s, t, _ in self._enums}
+        self._avro_params = avro_column_params(workload) if protocol == "avro" else {}
         self._encoder = self._new_encoder()
         self._parts: list[_Partition] = []
         spread = max(1, partitions - 1)
@@ -227,8 +258,8 @@ class TiCDCStream:
         if self.protocol == "avro":
             from ..codec.avro import AvroEncoder
 
-            # encoder_for() has no way to pass the ENUM members, which make the schemas' "allowed" list
-            return AvroEncoder(self.options, schemas=self.schemas, enum_elements=self._enums)
+            # the DDL's DECIMAL(p,s) and ENUM members go into the schemas, as TiCDC writes them
+            return AvroEncoder(self.options, schemas=self.schemas, column_params=self._avro_params)
         return encoder_for(self.protocol, self.options)
 
     def _render(self, row: RowChange) -> RowChange:

@@ -120,6 +120,7 @@ class BatchHandler:
         )
         self._avro = avro_schema_source
         self._avro_registry = bool(getattr(avro_schema_source, "_client", None))
+        self._avro_params_key: tuple[int, ...] | None = None
         self._partitions_of = partitions_of or self._kafka_partitions
         self._ddl_handler = ddl_handler
         self._state: ConsumerState | None = None
@@ -194,6 +195,7 @@ class BatchHandler:
         except BaseException as exc:
             self.error = exc
             self._state = None  # reload from the store on the next attempt
+            self._avro_params_key = None
             raise
 
     def _decoder_spec(self) -> DecoderSpec:
@@ -204,17 +206,34 @@ class BatchHandler:
             from ..codec.avro import _sanitize_topic
             from ..errors import SchemaNotFoundError
 
-            ids = set(self._avro.known_ids())
+            ids = set(self._avro.known_ids)
             if self._avro_registry:
                 for t in self.cfg.topics:
                     for part in ("key", "value"):
                         try:
-                            ids |= self._avro.snapshot((), [f"{_sanitize_topic(t)}-{part}"]).known_ids()
+                            ids |= self._avro.snapshot((), [f"{_sanitize_topic(t)}-{part}"]).known_ids
                         except SchemaNotFoundError:
                             pass  # nothing registered for this topic yet
             snap = self._avro.snapshot(sorted(ids))
-            schemas = {i: snap.get(i) for i in snap.known_ids()}
+            schemas = {i: snap.get(i) for i in snap.known_ids}
         return DecoderSpec(self.cfg.source.protocol, dict(self.cfg.source.options), schemas)
+
+    def _avro_type_params(self, spec: DecoderSpec, catalog: TableCatalog) -> None:
+        """Avro carries no DDL: DECIMAL precision/scale and ENUM/SET members come from its schemas."""
+        if self._avro is None or not spec.avro_schemas:
+            return
+        from ..codec.avro import AvroSchemas
+        from ..delta.arrow_types import TypeParams
+
+        key = tuple(sorted(spec.avro_schemas))
+        if key == self._avro_params_key:
+            return
+        params = AvroSchemas(spec.avro_schemas).table_params_for(list(key))  # registry ids grow: oldest first
+        for (schema, table), cols in params.items():
+            for column, p in cols.items():
+                members = tuple(p["members"]) if p.get("members") else None
+                catalog.set_params(schema, table, column, TypeParams(p.get("precision"), p.get("scale"), members))
+        self._avro_params_key = key
 
     def _handle(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -223,7 +242,8 @@ class BatchHandler:
         if self._loaded_batch is not None and self._loaded_batch >= batch_id:
             log.info("batch %d was already committed (state at batch %d): skipping", batch_id, self._loaded_batch)
             return
-        decoded: pa.Table = batch_df.mapInArrow(make_decode_fn(self._decoder_spec()), DECODED_SCHEMA).toArrow()
+        spec = self._decoder_spec()
+        decoded: pa.Table = batch_df.mapInArrow(make_decode_fn(spec), DECODED_SCHEMA).toArrow()
         self._fault("after_decode", batch_id)
 
         cols = {name: decoded.column(name).to_pylist() for name in ("topic", "partition", "offset", "idx", "kind", "commit_ts")}
@@ -254,6 +274,7 @@ class BatchHandler:
 
         state = self._state
         assert state is not None and self._catalog is not None  # noqa: S101 - loaded above
+        self._avro_type_params(spec, self._catalog)
         partitions = {t: self._partitions_of(t) for t in self.cfg.topics} if self.mode == WATERMARK else None
         try:
             plan = plan_batch(
