@@ -23,6 +23,7 @@ __all__ = [
     "EncodeError",
     "ConfigError",
     "BrokerUnavailableError",
+    "KafkaDataLossError",
     "ConcurrentCommitError",
     "DDLPolicyError",
     "SinkError",
@@ -109,6 +110,10 @@ class ConfigError(TerminalError):
 
 class BrokerUnavailableError(TransientError):
     """Kafka could not be reached or did not answer in time."""
+
+
+class KafkaDataLossError(TerminalError):
+    """Offsets the query needs are gone from Kafka (retention, truncation) and failOnDataLoss is on."""
 
 
 class ConcurrentCommitError(TransientError):

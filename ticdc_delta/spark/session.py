@@ -1,0 +1,136 @@
+"""A local-mode SparkSession sized for small machines, with ticdc-delta's data sources registered.
+
+Python workers (executors, the data-source planner and the streaming-source runner) are separate
+processes started by the JVM. They must import ``ticdc_delta`` and run the same interpreter as the
+driver (pyarrow, confluent-kafka), so the session puts the directory holding the ``ticdc_delta`` package
+on ``PYTHONPATH`` for every Python process Spark starts, and points ``PYSPARK_PYTHON`` at
+``sys.executable`` unless the user chose another interpreter. That lets tests and the demo run from a repo
+checkout without installing the package.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["get_or_create_spark", "register_sources", "DEFAULT_CONFS", "LOCAL_CONFS", "package_root"]
+
+log = logging.getLogger(__name__)
+
+#: Settings for a 2-core, few-GiB machine: few shuffle partitions, no UI, Arrow on, modest memory.
+DEFAULT_CONFS: dict[str, str] = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.driver.memory": "1g",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+    "spark.python.worker.faulthandler.enabled": "true",
+    # the unit of work per micro-batch is small; AQE only adds planning time there
+    "spark.sql.adaptive.enabled": "false",
+}
+
+#: Only for ``local[...]`` masters: keep the driver on loopback (no host name lookups, nothing exposed).
+LOCAL_CONFS: dict[str, str] = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+}
+
+
+def package_root() -> str:
+    """The directory that contains the ``ticdc_delta`` package (the repo root in a checkout)."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+def _python_path() -> str:
+    """``PYTHONPATH`` for Spark's Python workers: the package root first, then what was set already."""
+    parts = [package_root()]
+    parts += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in parts]
+    return os.pathsep.join(parts)
+
+
+def get_or_create_spark(
+    app_name: str,
+    master: str = "local[2]",
+    confs: Mapping[str, Any] | None = None,
+) -> "SparkSession":
+    """Return the active SparkSession, or build a local one tuned for small machines.
+
+    The data sources of :func:`register_sources` are registered on the returned session either way.
+    ``confs`` override :data:`DEFAULT_CONFS`; JVM-level settings (driver memory, jars) only take effect
+    when this call starts the JVM.
+
+    Raises:
+        TypeError: ``app_name`` is not a non-empty string or ``confs`` is not a mapping.
+    """
+    if not isinstance(app_name, str) or not app_name:
+        raise TypeError("app_name must be a non-empty str")
+    if confs is not None and not isinstance(confs, Mapping):
+        raise TypeError(f"confs must be a mapping, got {type(confs).__name__}")
+
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is None:
+        python_path = _python_path()
+        # The JVM (started below) passes its environment on to the Python workers it starts, so setting
+        # these in our own environment before it starts reaches the planner and the streaming-source
+        # runner (driver side) as well as local executors.
+        os.environ["PYTHONPATH"] = python_path
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        settings: dict[str, str] = dict(DEFAULT_CONFS)
+        if master.startswith("local"):
+            # a cluster's executors get the package from their own install or --py-files instead
+            settings.update(LOCAL_CONFS)
+            settings["spark.executorEnv.PYTHONPATH"] = python_path
+        settings.update({k: str(v) for k, v in (confs or {}).items()})
+        builder = SparkSession.builder.appName(app_name).master(master)
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("WARN")
+    else:
+        spark = active
+        for key, value in (confs or {}).items():
+            try:
+                spark.conf.set(key, str(value))
+            except Exception as exc:  # static settings cannot change on a running session
+                log.warning("keeping %s of the running SparkSession: %s", key, exc)
+    register_sources(spark)
+    return spark
+
+
+def register_sources(spark: "SparkSession") -> None:
+    """Register ticdc-delta's Python data sources (``ticdc-kafka``) on ``spark``.
+
+    Raises:
+        TypeError: ``spark`` is not a SparkSession.
+    """
+    from pyspark.sql import SparkSession
+
+    if not isinstance(spark, SparkSession):
+        raise TypeError(f"spark must be a SparkSession, got {type(spark).__name__}")
+    from ticdc_delta.spark.kafka_source import KafkaDataSource
+
+    if not _source_registered(spark, KafkaDataSource.name()):
+        spark.dataSource.register(KafkaDataSource)
+
+
+def _source_registered(spark: "SparkSession", name: str) -> bool:
+    """Whether ``name`` is registered already (re-registering works but logs a warning each time)."""
+    try:
+        manager = spark._jsparkSession.sessionState().dataSourceManager()
+        return bool(manager.dataSourceExists(name))
+    except Exception as exc:  # JVM internals of Spark 4.0; if they move, just register again
+        log.debug("cannot ask Spark whether %s is registered: %s", name, exc)
+        return False
