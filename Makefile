@@ -38,7 +38,7 @@ bench-e2e: $(STAMP)
 
 ## long crash/restart soak (SIGKILL at random moments until done)
 soak: $(STAMP)
-	$(BIN)/python -m pytest -q -m soak --soak
+	TICDC_DELTA_SOAK=1 $(BIN)/python -m pytest -q tests/integration/test_crash_restart.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis demo-out
