@@ -56,6 +56,19 @@ class TableCatalog:
     def drop_table(self, schema: str, table: str) -> None:
         self._params.pop(self._key(schema, table), None)
 
+    def drop_column(self, schema: str, table: str, column: str) -> None:
+        self._params.get(self._key(schema, table), {}).pop(column.lower(), None)
+
+    def rename_column(self, schema: str, table: str, old: str, new: str) -> None:
+        cols = self._params.get(self._key(schema, table), {})
+        if old.lower() in cols:
+            cols[new.lower()] = cols.pop(old.lower())
+
+    def copy_table(self, source: tuple[str, str], target: tuple[str, str]) -> None:
+        cols = self._params.get(self._key(*source))
+        if cols:
+            self._params[self._key(*target)] = dict(cols)
+
     def rename_table(self, old: tuple[str, str], new: tuple[str, str]) -> None:
         cols = self._params.pop(self._key(*old), None)
         if cols is not None:

@@ -6,29 +6,57 @@ typed changes; each change belongs to a policy class (``create_table``, ``add_co
 ``evolve`` (apply it), ``ignore`` (log and skip) or ``fail`` (stop with a terminal error naming the DDL
 and its commit ts).
 
-Applied here: CREATE DATABASE (nothing to do), CREATE TABLE (incl. ``LIKE``), ADD COLUMN, TRUNCATE TABLE
-(a new, empty version), DROP TABLE (``evolve`` drops the Delta table), and the no-op classes (index,
-partition, view, sequence, TiFlash DDL). Every schema commit is idempotent, so a re-run batch replays a
-DDL again harmlessly.
+How each class is applied (``evolve``):
+
+=========================  ======================================================================
+DDL                        Delta
+=========================  ======================================================================
+CREATE DATABASE            nothing (tables appear as they are created)
+DROP DATABASE              every table of the schema under the sink root is dropped
+CREATE TABLE [LIKE]        a new, empty table with the DDL's columns (or the source table's)
+DROP TABLE                 the table is deleted
+TRUNCATE TABLE             a new version with no rows
+RENAME TABLE a TO b, ...   the table moves to b's location (a directory rename on local storage)
+ADD COLUMN                 new nullable columns (in place); with a DEFAULT, existing rows get the
+                           default as TiDB shows them — a table rewrite
+DROP COLUMN                table rewrite without the column
+RENAME / CHANGE COLUMN     table rewrite with the column renamed, values kept
+MODIFY COLUMN              same Delta type (int→bigint, varchar length, float→double: all already
+                           the widest Delta type): nothing; a wider Delta type (decimal precision or
+                           scale growth, a type that becomes text): table rewrite with a lossless cast;
+                           a narrowing or incompatible change: :class:`DDLPolicyError`
+SET / DROP DEFAULT         nothing (row events carry every value)
+ADD/DROP PRIMARY KEY,      nothing in the table; later merges use the key the row events flag
+UNIQUE INDEX
+index, partition, view,    nothing (logged)
+sequence, TiFlash DDL
+=========================  ======================================================================
+
+Rewrites are one overwrite commit each (with the batch's app transaction, so a re-run batch does not
+rewrite twice); the previous rows stay in the table's Delta history until VACUUM, so no column's data is
+lost silently. Column positions (FIRST / AFTER) are not mirrored: Delta column order is the order columns
+were added.
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from ..codec.model import INTEGER_TYPES, TypeCode
 from ..core.records import DDLRecord
-from ..errors import DDLPolicyError
+from ..errors import DDLPolicyError, SinkError
 from ..schema import ddl as d
-from .arrow_types import TypeParams, arrow_field_for
+from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, converter_for, source_zone
 from .sink import TableIdent
 
 if TYPE_CHECKING:  # pragma: no cover
     from .applier import DeltaApplier
 
-__all__ = ["DDLReplayer", "column_params"]
+__all__ = ["DDLReplayer", "column_params", "default_value"]
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +67,77 @@ def column_params(col: "d.ColumnDef") -> TypeParams:
     return TypeParams(t.precision, t.scale, tuple(t.members) if t.members else None, t.fsp)
 
 
+def _unquote(text: str) -> str:
+    body = text[1:-1]
+    out, i = [], 0
+    while i < len(body):
+        c = body[i]
+        if c == "'" and body[i + 1 : i + 2] == "'":
+            out.append("'")
+            i += 2
+            continue
+        if c == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            out.append({"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", "'": "'", '"': '"'}.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def default_value(col: "d.ColumnDef", commit_ts: int | None, tz: str) -> Any:
+    """The model value existing rows show for a column added with ``col.default``.
+
+    ``CURRENT_TIMESTAMP`` is the DDL's own time (its commit ts), as TiDB fills existing rows with the
+    time the column was added. Expression defaults cannot be evaluated here: ``None`` (logged).
+    """
+    text = col.default
+    if text is None or text.upper() == "NULL":
+        return None
+    tc = col.type.type_code
+    if text.upper().startswith("CURRENT_TIMESTAMP"):
+        if commit_ts is None:
+            return None
+        moment = datetime.fromtimestamp((commit_ts >> 18) / 1000.0, tz=timezone.utc)
+        if tc == TypeCode.TIMESTAMP or tc == TypeCode.DATETIME:
+            local = moment.astimezone(source_zone(tz)).replace(tzinfo=None)
+            fsp = col.type.fsp or 0
+            out = local.strftime("%Y-%m-%d %H:%M:%S")
+            return out + (f".{local.microsecond:06d}"[: fsp + 1] if fsp else "")
+        return None
+    if text.startswith("(") or not text:
+        log.warning("cannot evaluate the expression default %s of column %s: existing rows get NULL", text, col.name)
+        return None
+    if text[:2].lower() in ("b'", "x'"):
+        digits = text[2:-1]
+        number = int(digits or "0", 2 if text[0] in "bB" else 16)
+        if tc == TypeCode.BIT or tc in INTEGER_TYPES:
+            return number
+        return number.to_bytes(max(1, (number.bit_length() + 7) // 8), "big")
+    raw = _unquote(text) if text.startswith("'") else text
+    if tc in INTEGER_TYPES or tc == TypeCode.BIT:
+        return int(float(raw)) if raw.strip() else 0
+    if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+        return float(raw)
+    if tc in (TypeCode.ENUM, TypeCode.SET):
+        return raw  # a label: the Delta column stores labels
+    if col.type.binary:
+        return raw.encode("utf-8")
+    return raw
+
+
 class DDLReplayer:
     """Callable ``(ddl, applier, batch_id) -> bool`` for :class:`~ticdc_delta.delta.applier.DeltaApplier`.
 
     Args:
         policies: the YAML ``ddl:`` section (attributes named after the policy classes).
+        source_timezone: the zone TIMESTAMP text (and CURRENT_TIMESTAMP defaults) are in.
     """
 
-    def __init__(self, policies: Any) -> None:
+    def __init__(self, policies: Any, source_timezone: str = "UTC") -> None:
         self.policies = policies
+        self.tz = source_timezone
 
     def policy(self, cls: str) -> str:
         return str(getattr(self.policies, cls, "evolve"))
@@ -67,14 +157,14 @@ class DDLReplayer:
                     )
                 log.warning("ignoring unclassified DDL at commit ts %s (%s): %s", rec.commit_ts, reason, rec.query)
                 continue
-            if policy == "fail":
-                raise DDLPolicyError(
-                    f"{cls} DDL at commit ts {rec.commit_ts} refused by policy ddl.{cls}: fail: {rec.query!r}"
-                )
             table = getattr(change, "table", None)
             if table and not applier.options(getattr(change, "schema", rec.schema), table).enabled:
                 log.info("table %s.%s is disabled in the mapping: skipping %r", change.schema, table, rec.query)
                 continue
+            if policy == "fail":
+                raise DDLPolicyError(
+                    f"{cls} DDL at commit ts {rec.commit_ts} refused by policy ddl.{cls}: fail: {rec.query!r}"
+                )
             if policy == "ignore":
                 log.info("ddl.%s is ignore: skipping %r (commit ts %s)", cls, rec.query, rec.commit_ts)
                 continue
@@ -85,32 +175,57 @@ class DDLReplayer:
 
     def _evolve(self, change: Any, cls: str, rec: DDLRecord, applier: "DeltaApplier", batch_id: int) -> bool:
         sink = applier.sink
-        if isinstance(change, (d.CreateDatabase, d.NoOp)):
+        if isinstance(change, (d.CreateDatabase, d.NoOp, d.SetDefault, d.DropDefault)):
             log.info("DDL %s needs nothing on the Delta side: %r", cls, rec.query)
+            return False
+        if isinstance(change, (d.AddPrimaryKey, d.DropPrimaryKey, d.AddUniqueKey, d.DropIndex)):
+            log.info("key change on %s.%s: later merges use the key the row events flag (%r)",
+                     change.schema, change.table, rec.query)
             return False
         if isinstance(change, d.CreateTable):
             return self._create_table(change, applier, batch_id)
-        if isinstance(change, d.AddColumns):
-            ident = TableIdent(change.schema, change.table)
-            if sink.table_schema(ident) is None:
-                log.info("ADD COLUMN on %s.%s before any row: the first rows will create the table", *ident)
-                return False
-            fields = []
-            for col in change.columns:
-                params = column_params(col)
-                applier.catalog.set_params(ident.schema, ident.table, col.name, params)
-                fields.append(arrow_field_for(col.name, col.type.type_code, col.type.flags, params))
-            return bool(sink.add_columns(ident, fields, applier.schema_txn(batch_id)))
-        if isinstance(change, d.TruncateTable):
-            ident = TableIdent(change.schema, change.table)
-            if sink.table_schema(ident) is None:
-                return False
-            return bool(sink.overwrite_empty(ident, applier.next_txn(ident, batch_id)))
+        if isinstance(change, d.DropDatabase):
+            dropped = False
+            for ident in sink.tables_in_schema(change.name):
+                applier.catalog.drop_table(*ident)
+                dropped |= bool(sink.drop(ident))
+            return dropped
+        ident = TableIdent(change.schema, change.table)
         if isinstance(change, d.DropTable):
-            ident = TableIdent(change.schema, change.table)
             applier.catalog.drop_table(*ident)
             return bool(sink.drop(ident))
-        log.warning("DDL class %s is not replayed yet; ignoring %r (commit ts %s)", cls, rec.query, rec.commit_ts)
+        if isinstance(change, d.RenameTable):
+            new = TableIdent(change.new_schema, change.new_table)
+            applier.catalog.rename_table(tuple(ident), tuple(new))
+            return bool(sink.move(ident, new))
+        existing = sink.table_schema(ident)
+        if existing is None:
+            # The table has no Delta table yet (created before the changefeed, no rows so far): the
+            # first rows will create it from their images. Keep what the DDL says about types.
+            for col in getattr(change, "columns", ()) or ((change.column,) if isinstance(change, d.ModifyColumn) else ()):
+                applier.catalog.set_params(ident.schema, ident.table, col.name, column_params(col))
+            log.info("%s on %s.%s before it has a Delta table: nothing to change", cls, *ident)
+            return False
+        if isinstance(change, d.TruncateTable):
+            return bool(sink.overwrite_empty(ident, applier.next_txn(ident, batch_id)))
+        if isinstance(change, d.AddColumns):
+            return self._add_columns(change, existing, rec, applier, batch_id)
+        if isinstance(change, d.DropColumn):
+            name = _find(existing, change.name)
+            if name is None:
+                return False
+            applier.catalog.drop_column(ident.schema, ident.table, change.name)
+            return bool(sink.rewrite(ident, lambda t: t.drop_columns([name]), applier.next_txn(ident, batch_id)))
+        if isinstance(change, d.RenameColumn):
+            old = _find(existing, change.old)
+            if old is None or old == change.new:
+                return False
+            applier.catalog.rename_column(ident.schema, ident.table, change.old, change.new)
+            rename = lambda t: t.rename_columns([change.new if n == old else n for n in t.column_names])  # noqa: E731
+            return bool(sink.rewrite(ident, rename, applier.next_txn(ident, batch_id)))
+        if isinstance(change, d.ModifyColumn):
+            return self._modify_column(change, existing, rec, applier, batch_id)
+        log.warning("DDL class %s has no Delta replay; ignoring %r (commit ts %s)", cls, rec.query, rec.commit_ts)
         return False
 
     def _create_table(self, change: "d.CreateTable", applier: "DeltaApplier", batch_id: int) -> bool:
@@ -122,6 +237,7 @@ class DDLReplayer:
                 log.warning("CREATE TABLE %s.%s LIKE %s.%s: the source table has no Delta table yet; "
                             "the first rows will create it", *ident, *change.like)
                 return False
+            applier.catalog.copy_table(tuple(change.like), tuple(ident))
             schema = like
         else:
             fields = []
@@ -142,3 +258,94 @@ class DDLReplayer:
             return bool(missing)
         opts = applier.options(*ident)
         return bool(sink.ensure_table(ident, schema, list(opts.partition_by), applier.schema_txn(batch_id)))
+
+    def _add_columns(self, change: "d.AddColumns", existing: pa.Schema, rec: DDLRecord,
+                     applier: "DeltaApplier", batch_id: int) -> bool:
+        ident = TableIdent(change.schema, change.table)
+        fields, defaults = [], {}
+        for col in change.columns:
+            params = column_params(col)
+            applier.catalog.set_params(ident.schema, ident.table, col.name, params)
+            if _find(existing, col.name) is not None:
+                continue
+            field = arrow_field_for(col.name, col.type.type_code, col.type.flags, params)
+            fields.append(field)
+            value = default_value(col, rec.commit_ts, self.tz)
+            if value is not None:
+                convert = converter_for(col.type.type_code, int(col.type.flags), params, self.tz)
+                defaults[col.name] = (field, convert(value))
+        if not fields:
+            return False
+        if not defaults:
+            return bool(applier.sink.add_columns(ident, fields, applier.schema_txn(batch_id)))
+
+        def fill(table: pa.Table) -> pa.Table:
+            for field in fields:
+                if field.name in table.column_names:
+                    continue
+                if field.name in defaults:
+                    f, v = defaults[field.name]
+                    array = pa.array([v] * table.num_rows, type=f.type)
+                else:
+                    array = pa.nulls(table.num_rows, type=field.type)
+                table = table.append_column(field, array)
+            return table
+
+        return bool(applier.sink.rewrite(ident, fill, applier.next_txn(ident, batch_id)))
+
+    def _modify_column(self, change: "d.ModifyColumn", existing: pa.Schema, rec: DDLRecord,
+                       applier: "DeltaApplier", batch_id: int) -> bool:
+        ident = TableIdent(change.schema, change.table)
+        name = _find(existing, change.name)
+        col = change.column
+        params = column_params(col)
+        applier.catalog.set_params(ident.schema, ident.table, col.name, params)
+        if name is None:
+            return False
+        old_type = existing.field(name).type
+        new_type = arrow_type_for(col.type.type_code, col.type.flags, params)
+        if old_type == new_type:
+            return False
+        if not _widens(old_type, new_type):
+            raise DDLPolicyError(
+                f"modify_column DDL at commit ts {rec.commit_ts} changes {ident.schema}.{ident.table}.{name} from "
+                f"{old_type} to {new_type}, which would lose data; set ddl.modify_column: ignore to keep the "
+                f"Delta type: {rec.query!r}"
+            )
+
+        def cast(table: pa.Table) -> pa.Table:
+            i = table.column_names.index(name)
+            try:
+                column = table.column(i).cast(new_type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SinkError(f"cannot cast {name} from {old_type} to {new_type}: {exc}") from exc
+            return table.set_column(i, pa.field(name, new_type), column)
+
+        return bool(applier.sink.rewrite(ident, cast, applier.next_txn(ident, batch_id)))
+
+
+def _find(schema: pa.Schema, name: str) -> str | None:
+    """The table's spelling of a column name (MySQL column names are case-insensitive)."""
+    low = name.lower()
+    for f in schema:
+        if f.name.lower() == low:
+            return f.name
+    return None
+
+
+def _widens(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether every value of ``old`` is exactly representable in ``new``."""
+    if pa.types.is_string(new):
+        return not pa.types.is_binary(old)
+    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
+        return new.scale >= old.scale and (new.precision - new.scale) >= (old.precision - old.scale)
+    if pa.types.is_integer(old) and pa.types.is_decimal(new):
+        digits = {8: 3, 16: 5, 32: 10, 64: 19}[old.bit_width]
+        return new.precision - new.scale >= digits
+    if pa.types.is_integer(old) and pa.types.is_integer(new):
+        return new.bit_width >= old.bit_width
+    if pa.types.is_integer(old) and pa.types.is_floating(new):
+        return old.bit_width <= 32
+    if pa.types.is_date(old) and pa.types.is_timestamp(new):
+        return new.tz is None
+    return False

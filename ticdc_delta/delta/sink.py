@@ -309,6 +309,12 @@ def run_commit(
     ) from last
 
 
+def _unescape_component(name: str) -> str:
+    for raw, escaped in _PATH_ESCAPES.items():
+        name = name.replace(escaped, raw)
+    return name
+
+
 def _local_path(path: str) -> str | None:
     """The filesystem path of a local table location, or ``None`` for an object-store URI."""
     if "://" not in path:
@@ -730,6 +736,95 @@ class DeltaRsSink:
             return True
 
         return self._run("truncate", path, attempt)
+
+    def rewrite(self, ident: TableIdent, transform: Callable[[pa.Table], pa.Table], txn: Txn) -> bool:
+        """Replace the table's rows *and schema* with ``transform(current rows)`` in one overwrite commit.
+
+        For the DDL Delta cannot express in place without column mapping (DROP / RENAME COLUMN, a type
+        change, ADD COLUMN with a DEFAULT for existing rows). The previous rows stay in the table's
+        history (time travel) until a VACUUM. Partitioning is kept. ``True`` when this call rewrote it.
+
+        Raises:
+            ValueError: bad ``txn``.
+            SinkError: the table is missing, or the transform's output cannot be written.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        txn = check_txn(txn)
+        path = self._path(ident)
+
+        def attempt() -> bool:
+            dt = self._require(path)
+            if already_applied(dt, txn):
+                return False
+            current = read_table(path, storage_options=self._storage_options)
+            new = transform(current)
+            parts = [c for c in dt.metadata().partition_columns if c in new.column_names]
+            write_deltalake(
+                dt,
+                new,
+                mode="overwrite",
+                schema_mode="overwrite",
+                partition_by=parts or None,
+                writer_properties=self._writer_properties,
+                commit_properties=commit_properties(*txn),
+            )
+            return True
+
+        return self._run("rewrite", path, attempt)
+
+    def move(self, old: TableIdent, new: TableIdent) -> bool:
+        """Move a table to the location of another name (RENAME TABLE); ``True`` when it moved.
+
+        Local tables are renamed as directories (Delta logs hold relative file paths); object-store
+        tables are copied, then the old one dropped. Moving onto a location that already holds a table
+        is refused; a move already done (old gone, new there) does nothing.
+
+        Raises:
+            SinkError: the new location is taken, or the files cannot be moved.
+        """
+        src, dst = self._path(old), self._path(new)
+        if src == dst:
+            return False
+        src_exists = DeltaTable.is_deltatable(src, storage_options=self._storage_options)
+        dst_exists = DeltaTable.is_deltatable(dst, storage_options=self._storage_options)
+        if not src_exists:
+            return False
+        if dst_exists:
+            raise SinkError(f"cannot move {src} to {dst}: a Delta table is already there")
+        local_src, local_dst = _local_path(src), _local_path(dst)
+        try:
+            if local_src is not None and local_dst is not None:
+                if os.path.exists(local_dst):
+                    shutil.rmtree(local_dst)  # leftovers without a _delta_log: not a table
+                os.makedirs(os.path.dirname(local_dst) or ".", exist_ok=True)
+                os.rename(local_src, local_dst)
+                return True
+            dt = self._require(src)
+            write_deltalake(
+                dst,
+                read_table(src, storage_options=self._storage_options),
+                mode="overwrite",
+                partition_by=list(dt.metadata().partition_columns) or None,
+                storage_options=self._storage_options,
+            )
+        except (DeltaError, OSError, pa.ArrowException) as exc:
+            raise SinkError(f"cannot move Delta table {src} to {dst}: {exc}") from exc
+        self.drop(old)
+        return True
+
+    def tables_in_schema(self, schema: str) -> list[TableIdent]:
+        """The tables under ``{root}/{schema}/`` (local roots only; for DROP DATABASE)."""
+        local = _local_path(self.root)
+        if local is None:
+            return []
+        base = os.path.join(local, path_component(schema))
+        if not os.path.isdir(base):
+            return []
+        out = []
+        for name in sorted(os.listdir(base)):
+            if os.path.isdir(os.path.join(base, name, "_delta_log")):
+                out.append(TableIdent(schema, _unescape_component(name)))
+        return out
 
     def drop(self, ident: TableIdent) -> bool:
         """Delete the table's files (its log first, so a crash part-way leaves no half table).

@@ -48,7 +48,7 @@ def build_handler(cfg: JobConfig) -> BatchHandler:
     try:
         from ..delta.ddl_replay import DDLReplayer
 
-        ddl_handler = DDLReplayer(cfg.ddl)
+        ddl_handler = DDLReplayer(cfg.ddl, cfg.sink.source_timezone)
     except ImportError:  # pragma: no cover - the replayer ships with the package
         pass
     return BatchHandler(cfg, avro_schema_source=avro, ddl_handler=ddl_handler)
