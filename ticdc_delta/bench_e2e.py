@@ -224,6 +224,11 @@ def run_e2e(*, events: int = 1_000_000, partitions: int = 4, max_offsets: int = 
             print(f"produced to the local broker in {secs:.1f} s ({messages / secs:,.0f} msg/s)")
             cfg = _config(broker, topic, work, "job", max_offsets)
             spark = spark_for(cfg)
+            # warm up: JVM, Python workers and their imports, so the figures below are steady-state
+            warm = "bench-warmup"
+            broker.create_topic(warm, partitions=len(per_part))
+            broker.produce_many(warm, ((p, None, per_part[p][0]) for p in range(len(per_part))))
+            _source_rate(spark, broker, warm, work / "warm")
             n, secs = _source_rate(spark, broker, topic, work)
             print(f"source   : {n:,} messages in {secs:.1f} s = {n / secs:,.0f} messages/s (raw Kafka read)")
             job_secs = _timed_run(cfg, spark, build_handler(cfg))
