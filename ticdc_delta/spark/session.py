@@ -60,10 +60,12 @@ def _python_path() -> str:
 
 def get_or_create_spark(
     app_name: str,
-    master: str = "local[2]",
+    master: str | None = "local[2]",
     confs: Mapping[str, Any] | None = None,
 ) -> "SparkSession":
     """Return the active SparkSession, or build a local one tuned for small machines.
+
+    ``master=None`` leaves the master to whoever launched Python (spark-submit's ``--master``).
 
     The data sources of :func:`register_sources` are registered on the returned session either way.
     ``confs`` override :data:`DEFAULT_CONFS`; JVM-level settings (driver memory, jars) only take effect
@@ -89,12 +91,14 @@ def get_or_create_spark(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         settings: dict[str, str] = dict(DEFAULT_CONFS)
-        if master.startswith("local"):
+        if master is not None and master.startswith("local"):
             # a cluster's executors get the package from their own install or --py-files instead
             settings.update(LOCAL_CONFS)
             settings["spark.executorEnv.PYTHONPATH"] = python_path
         settings.update({k: str(v) for k, v in (confs or {}).items()})
-        builder = SparkSession.builder.appName(app_name).master(master)
+        builder = SparkSession.builder.appName(app_name)
+        if master is not None:
+            builder = builder.master(master)
         for key, value in settings.items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
