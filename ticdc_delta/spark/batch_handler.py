@@ -244,6 +244,7 @@ class BatchHandler:
             return
         spec = self._decoder_spec()
         decoded: pa.Table = batch_df.mapInArrow(make_decode_fn(spec), DECODED_SCHEMA).toArrow()
+        timings = {"read_decode": time.monotonic() - started}
         self._fault("after_decode", batch_id)
 
         cols = {name: decoded.column(name).to_pylist() for name in ("topic", "partition", "offset", "idx", "kind", "commit_ts")}
@@ -276,6 +277,8 @@ class BatchHandler:
         assert state is not None and self._catalog is not None  # noqa: S101 - loaded above
         self._avro_type_params(spec, self._catalog)
         partitions = {t: self._partitions_of(t) for t in self.cfg.topics} if self.mode == WATERMARK else None
+        t_plan = time.monotonic()
+        timings["unpack"] = t_plan - started - timings["read_decode"]
         try:
             plan = plan_batch(
                 state, records, resolved, mode=self.mode, keys=KeyResolver(self._key_overrides), partitions=partitions
@@ -295,7 +298,10 @@ class BatchHandler:
             source_timezone=self.cfg.sink.source_timezone,
             ddl_handler=self._ddl_handler,
         )
+        t_apply = time.monotonic()
+        timings["plan"] = t_apply - t_plan
         result = applier.apply(plan.steps, batch_id)
+        timings["apply"] = time.monotonic() - t_apply
 
         meta = dict(self._meta)
         meta["applied_ddl"] = [list(d) for d in plan.state.applied_ddl]
@@ -315,14 +321,16 @@ class BatchHandler:
         meta["totals"] = totals
         meta["topic_watermarks"] = {t: w for t, w in plan.topic_watermarks.items()}
         self._fault("before_state", batch_id)
+        t_state = time.monotonic()
         self.store.save(
             batch_id,
             PipelineState(batch_id, plan.state.watermarks, [dump_record(r) for r in plan.state.held], meta),
         )
+        timings["state"] = time.monotonic() - t_state
         self._state, self._meta, self._loaded_batch = plan.state, meta, batch_id
         self.batches += 1
         self._fault("after_state", batch_id)
-        self._progress(batch_id, offsets, counts, plan, result, len(errors), time.monotonic() - started)
+        self._progress(batch_id, offsets, counts, plan, result, len(errors), time.monotonic() - started, timings)
 
     def _dead_letter(self, decoded: pa.Table, rows: list[int], batch_id: int) -> None:
         take = decoded.take(pa.array(rows, type=pa.int64()))
@@ -344,7 +352,7 @@ class BatchHandler:
                     batch_id, len(rows), self.cfg.dead_letter_path, first)
 
     def _progress(self, batch_id: int, offsets: dict, counts: dict, plan: Any, result: ApplyResult,
-                  dead: int, seconds: float) -> None:
+                  dead: int, seconds: float, timings: dict[str, float]) -> None:
         wms = [w for w in plan.topic_watermarks.values() if w is not None]
         low = min(wms) if wms else None
         lag = None if low is None else round(time.time() - tso_physical_ms(low) / 1000.0, 3)
@@ -361,6 +369,7 @@ class BatchHandler:
             "watermark": low,
             "watermark_lag_s": lag,
             "seconds": round(seconds, 3),
+            "timings": {k: round(v, 3) for k, v in timings.items()},
         }
         progress_log.info(json.dumps(line, sort_keys=False))
 

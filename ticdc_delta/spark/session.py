@@ -37,6 +37,8 @@ DEFAULT_CONFS: dict[str, str] = {
     "spark.python.worker.faulthandler.enabled": "true",
     # the unit of work per micro-batch is small; AQE only adds planning time there
     "spark.sql.adaptive.enabled": "false",
+    # Python workers are forked from a daemon that has pyarrow, confluent-kafka and the codecs loaded
+    "spark.python.daemon.module": "ticdc_delta.spark.worker_daemon",
 }
 
 #: Only for ``local[...]`` masters: keep the driver on loopback (no host name lookups, nothing exposed).
