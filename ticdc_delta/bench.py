@@ -1,7 +1,11 @@
 """Benchmarks that print figures (never timing assertions in tests).
 
 ``python -m ticdc_delta.bench decode`` — decode throughput per protocol for 10-column rows, one core, and
-bytes per event on the wire.
+bytes per event on the wire, next to plain ``json.loads`` / ``orjson.loads`` of one 10-column canal-json
+message measured in the same run (the machine may be shared: read the rates relative to those). Rates
+are per second of this process's CPU time (``time.process_time``), so time spent descheduled on a busy
+machine does not count; cache and frequency effects of other work still do. ``--records`` adds the
+executor's per-event work (``record_from_event`` + ``dump_record``).
 
 ``python -m ticdc_delta.bench e2e`` — Kafka → Delta end to end for a canal-json stream (default 1M row
 events) on the local broker: changes/s with gating + MERGE, the same job with a plain append of the
@@ -20,7 +24,7 @@ from typing import Any, Callable
 from .codec import DecodeContext, decoder_for, encoder_for
 from .codec.model import Column, ColumnFlag, Op, RowChange, TypeCode
 
-__all__ = ["bench_decode", "main"]
+__all__ = ["bench_decode", "bench_reference", "main"]
 
 _COLUMNS = [
     ("id", TypeCode.BIGINT, ColumnFlag.HANDLE_KEY | ColumnFlag.PRIMARY_KEY),
@@ -54,7 +58,8 @@ def _events(n: int) -> list[RowChange]:
     return out
 
 
-def _messages(protocol: str, n: int) -> list[tuple[bytes | None, bytes | None]]:
+def _messages(protocol: str, n: int) -> tuple[list[tuple[bytes | None, bytes | None]], Any]:
+    """The encoded messages of ``n`` bench events, and the Avro schemas (None for other protocols)."""
     schemas = None
     if protocol == "avro":
         from .codec.avro import AvroSchemas
@@ -62,37 +67,93 @@ def _messages(protocol: str, n: int) -> list[tuple[bytes | None, bytes | None]]:
         schemas = AvroSchemas()
     enc = encoder_for(protocol, PROTOCOL_OPTIONS[protocol], schemas=schemas)
     msgs = enc.encode(_events(n))
-    bench_decode.schemas = schemas  # type: ignore[attr-defined]
-    return [(m.key, m.value) for m in msgs]
+    return [(m.key, m.value) for m in msgs], schemas
 
 
-def bench_decode(protocol: str, n: int = 20000, repeat: int = 5) -> dict[str, Any]:
-    """Decode ``n`` 10-column insert events ``repeat`` times; the best and median rates."""
-    msgs = _messages(protocol, n)
-    dec = decoder_for(protocol, PROTOCOL_OPTIONS[protocol], schemas=getattr(bench_decode, "schemas", None))
+def _rate(count: int, seconds: float) -> float:
+    return count / seconds if seconds > 0 else float("inf")
+
+
+def _time_parse(parse: Callable[[bytes], Any], values: list[bytes]) -> float:
+    t0 = time.process_time()
+    for v in values:
+        parse(v)
+    return time.process_time() - t0
+
+
+def bench_reference(n: int = 20000, repeat: int = 5) -> dict[str, float]:
+    """Best rates of plain ``json.loads`` and ``orjson.loads`` over ``n`` 10-column canal-json messages
+    (one event each): what a JSON decoder costs on this machine right now, to read decode rates against
+    (the machine may be shared)."""
+    import json
+
+    import orjson
+
+    msgs, _ = _messages("canal-json", n)
+    values = [v for _, v in msgs if v is not None]
+    return {
+        "json_per_s": max(_rate(len(values), _time_parse(json.loads, values)) for _ in range(repeat)),
+        "orjson_per_s": max(_rate(len(values), _time_parse(orjson.loads, values)) for _ in range(repeat)),
+    }
+
+
+def bench_decode(protocol: str, n: int = 20000, repeat: int = 5, records: bool = False) -> dict[str, Any]:
+    """Decode ``n`` 10-column insert events ``repeat`` times; the best and median rates.
+
+    Each round also times ``orjson.loads`` over ``n`` canal-json messages of the same rows just before,
+    so ``vs_orjson`` (median of the per-round ratios) stays comparable when the machine is loaded. With
+    ``records``, each event also becomes the record the Spark executors ship to the driver
+    (``record_from_event`` + ``dump_record``), the job's real per-event work.
+
+    Raises:
+        RuntimeError: the decoder yielded a different number of events than were encoded.
+    """
+    import orjson
+
+    from .core.records import dump_record, record_from_event
+
+    msgs, schemas = _messages(protocol, n)
+    reference = [v for _, v in _messages("canal-json", n)[0] if v is not None]
+    dec = decoder_for(protocol, PROTOCOL_OPTIONS[protocol], schemas=schemas)
     ctx = DecodeContext("bench", 0, 0)
     wire = sum(len(k or b"") + len(v or b"") for k, v in msgs)
-    rates = []
+    rates, ratios = [], []
+    decode: Callable[..., Any] = dec.decode
+    count = 0
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        ref_rate = _rate(len(reference), _time_parse(orjson.loads, reference))
+        t0 = time.process_time()
         count = 0
-        decode: Callable[..., Any] = dec.decode
-        for k, v in msgs:
-            count += len(decode(k, v, ctx))
-        rates.append(count / (time.perf_counter() - t0))
+        if records:
+            for k, v in msgs:
+                for idx, ev in enumerate(decode(k, v, ctx)):
+                    dump_record(record_from_event(ev, "bench", 0, 0, idx))
+                    count += 1
+        else:
+            for k, v in msgs:
+                count += len(decode(k, v, ctx))
+        rate = _rate(count, time.process_time() - t0)
+        rates.append(rate)
+        ratios.append(rate / ref_rate)
     if count != n:
         raise RuntimeError(f"{protocol}: decoded {count} events, expected {n}")
     return {"protocol": protocol, "events": n, "best_per_s": max(rates), "median_per_s": statistics.median(rates),
-            "bytes_per_event": wire / n, "messages": len(msgs)}
+            "vs_orjson": statistics.median(ratios), "bytes_per_event": wire / n, "messages": len(msgs)}
 
 
 def _cmd_decode(args: argparse.Namespace) -> int:
-    print(f"decode throughput, 10-column row events, one core ({args.events} events x {args.repeat})")
-    print(f"{'protocol':<14} {'best ev/s':>12} {'median ev/s':>12} {'bytes/event':>12} {'messages':>9}")
+    what = "decode + record_from_event + dump_record" if args.records else "decode"
+    print(f"{what} throughput, 10-column row events, one core ({args.events} events x {args.repeat})")
+    ref = bench_reference(args.events, args.repeat)
+    print(f"reference (one 10-column canal-json message): json.loads {ref['json_per_s']:,.0f}/s, "
+          f"orjson.loads {ref['orjson_per_s']:,.0f}/s (best of {args.repeat})")
+    print(f"{'protocol':<14} {'best ev/s':>12} {'median ev/s':>12} {'vs orjson':>10} {'bytes/event':>12} "
+          f"{'messages':>9}")
     for protocol in args.protocols:
-        r = bench_decode(protocol, args.events, args.repeat)
-        print(f"{protocol:<14} {r['best_per_s']:>12,.0f} {r['median_per_s']:>12,.0f} "
+        r = bench_decode(protocol, args.events, args.repeat, records=args.records)
+        print(f"{protocol:<14} {r['best_per_s']:>12,.0f} {r['median_per_s']:>12,.0f} {r['vs_orjson']:>10.2f} "
               f"{r['bytes_per_event']:>12.1f} {r['messages']:>9}")
+    print("vs orjson: median over rounds of (decode rate / orjson.loads rate measured just before it)")
     return 0
 
 
@@ -109,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--events", type=int, default=20000)
     d.add_argument("--repeat", type=int, default=5)
     d.add_argument("--protocols", nargs="+", default=list(PROTOCOL_OPTIONS))
+    d.add_argument("--records", action="store_true",
+                   help="also turn each event into the executor -> driver record (pickled)")
     d.set_defaults(func=_cmd_decode)
     e = sub.add_parser("e2e", help="Kafka → Delta end to end (canal-json)")
     e.add_argument("--events", type=int, default=1_000_000)
@@ -120,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     a.set_defaults(func=None)
     args = parser.parse_args(argv)
     if args.what == "all":
-        rc = _cmd_decode(argparse.Namespace(events=20000, repeat=5, protocols=list(PROTOCOL_OPTIONS)))
+        rc = _cmd_decode(
+            argparse.Namespace(events=20000, repeat=5, protocols=list(PROTOCOL_OPTIONS), records=False)
+        )
         return rc or _cmd_e2e(argparse.Namespace(events=args.events, partitions=4, max_offsets=250_000))
     return int(args.func(args))
 

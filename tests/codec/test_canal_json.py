@@ -22,7 +22,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ticdc_delta.codec import decoder_for, encoder_for
+from ticdc_delta.codec import canal_json as canal_json_module, decoder_for, encoder_for
 from ticdc_delta.codec.canal_json import (
     CanalJsonDecoder,
     CanalJsonEncoder,
@@ -40,6 +40,7 @@ from ticdc_delta.codec.model import (
     DDLType,
     DecodeContext,
     Event,
+    Image,
     Op,
     ResolvedEvent,
     RowChange,
@@ -867,7 +868,7 @@ def assert_well_formed(events: list[Event]) -> None:
         for image in (event.columns, event.old):
             if image is None:
                 continue
-            assert type(image) is tuple and image
+            assert type(image) is Image and image  # the decoder builds Images
             for col in image:
                 assert type(col) is Column and type(col.name) is str and col.type in set(T)
                 assert type(col.flags) is F
@@ -950,3 +951,148 @@ def test_fuzz_json_values_in_valid_messages(value: bytes, data: st.DataObject, r
             break
         node = child
     decode_or_error(orjson.dumps(msg), options)
+
+
+# --- the msgspec fast path decodes exactly as the orjson path -------------------------------------------
+
+
+class _OrjsonOnly:
+    """Within: the decoders take the orjson path for every message (the fast path is switched off)."""
+
+    def __enter__(self) -> None:
+        self._saved = canal_json_module._fast_parse
+        canal_json_module._fast_parse = None
+
+    def __exit__(self, *exc: object) -> None:
+        canal_json_module._fast_parse = self._saved
+
+
+def outcome(decoder: CanalJsonDecoder, value: bytes) -> tuple[Any, ...]:
+    """What decoding gives: ("events", repr of the events) or ("error", error type, message)."""
+    try:
+        events = decoder.decode(None, value, CTX)
+    except DecodeError as exc:
+        return ("error", type(exc), str(exc))
+    return ("events", repr(events))  # repr tells -0.0 from 0.0 and compares NaN
+
+
+# decoders that have met every valid message (their caches hot), per option set, per path
+_WARM: dict[tuple[str, bool], CanalJsonDecoder] = {}
+
+
+def warm_decoder(options: dict[str, str], fast: bool) -> CanalJsonDecoder:
+    key = (orjson.dumps(options).decode(), fast)
+    decoder = _WARM.get(key)
+    if decoder is None:
+        decoder = _WARM[key] = CanalJsonDecoder(options)
+        for value in VALID_MESSAGES:
+            outcome(decoder, value)
+    return decoder
+
+
+def assert_paths_agree(value: bytes, options: dict[str, str]) -> None:
+    fast = outcome(warm_decoder(options, True), value)
+    fresh = outcome(CanalJsonDecoder(options), value)
+    with _OrjsonOnly():
+        slow = outcome(warm_decoder(options, False), value)
+    assert fast == slow
+    assert fresh == slow
+
+
+def test_fast_path_is_taken_for_ticdc_rows() -> None:
+    value = CanalJsonEncoder(EXT).encode([cases.INSERT])[0].value
+    decoder = CanalJsonDecoder(EXT)
+    assert decoder.decode(None, value, CTX)[0] == carried(cases.INSERT._replace(source=CTX), True)
+    assert decoder._last_raw_layout is not None  # the fast path built its layout
+    with _OrjsonOnly():
+        other = CanalJsonDecoder(EXT)
+        assert other.decode(None, value, CTX) == decoder.decode(None, value, CTX)
+        assert other._last_raw_layout is None
+
+
+@pytest.mark.parametrize("value", VALID_MESSAGES, ids=range(len(VALID_MESSAGES)))
+@pytest.mark.parametrize("options", [EXT, {}], ids=["ext", "plain"])
+def test_fast_path_agrees_on_valid_messages(value: bytes, options: dict[str, str]) -> None:
+    assert_paths_agree(value, options)
+
+
+_INSERT_VALUE = CanalJsonEncoder(EXT).encode([cases.INSERT])[0].value.decode()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        # fields or values the fast path does not take, which the orjson path accepts or refuses
+        _INSERT_VALUE.replace('"es":', '"gtid":"x","es":'),
+        _INSERT_VALUE.replace('"es":', '"es":1e999,"x":'),
+        _INSERT_VALUE.replace('"es":', '"es":1.5,"x":'),
+        _INSERT_VALUE.replace('"es":', '"es":18446744073709551616,"x":'),
+        _INSERT_VALUE.replace('"es":', '"es":1' + "0" * 400 + ',"x":'),
+        _INSERT_VALUE.replace('"sql":""', '"sql":"\xff"'),
+        _INSERT_VALUE.replace('"sql":""', '"sql":"\\ud800"'),
+        _INSERT_VALUE.replace('"sqlType":{', '"sqlType":{"x":1e999,'),
+        _INSERT_VALUE.replace('"sqlType":{', '"sqlType":{"\xff":1,'),
+        _INSERT_VALUE.replace('"mysqlType":{', '"mysqlType":{"x":"int","y":1e999,'),
+        _INSERT_VALUE.replace('"pkNames":["id"]', '"pkNames":["id",1e999]'),
+        _INSERT_VALUE.replace('"pkNames":["id"]', '"pkNames":["nope"]'),
+        _INSERT_VALUE.replace('"commitTs":', '"onlyHandleKey":true,"commitTs":'),
+        _INSERT_VALUE.replace('"commitTs":', '"claimCheckLocation":"s3://x","commitTs":'),
+        _INSERT_VALUE.replace('"commitTs":415508878783938562', '"commitTs":18446744073709551616'),
+        _INSERT_VALUE.replace('"commitTs":415508878783938562', '"commitTs":-1'),
+        _INSERT_VALUE.replace('"commitTs":415508878783938562', '"commitTs":null'),
+        _INSERT_VALUE.replace('"_tidb":{"commitTs":415508878783938562}', '"_tidb":null'),
+        _INSERT_VALUE.replace('"isDdl":false', '"isDdl":true'),
+        _INSERT_VALUE.replace('"type":"INSERT"', '"type":"INSERT","type":"DELETE"'),
+        _INSERT_VALUE.replace('"type":"INSERT"', '"type":"UPDATE"'),
+        _INSERT_VALUE.replace('"old":null', '"old":5'),
+        _INSERT_VALUE.replace('"old":null', '"old":[]'),
+        _INSERT_VALUE.replace('"data":[{', '"data":[{"extra":"1",'),
+        _INSERT_VALUE.replace('"data":[{"id":"1"', '"data":[{"id":"1","id":"2"'),
+        _INSERT_VALUE.replace('"data":[{"id":"1"', '"data":[{"id":1'),
+        _INSERT_VALUE.replace('"data":[{"id":"1"', '"data":[{"id":" 1_0 "'),
+        _INSERT_VALUE.replace('"c_tinyint":"-128"', '"c_tinyint":"x"'),
+        _INSERT_VALUE.replace('"c_float":"3.5"', '"c_float":"nan"'),
+        _INSERT_VALUE.replace('"c_float":"3.5"', '"c_float":"-0"'),
+        _INSERT_VALUE.replace('"c_varchar":"', '"c_varchar":"\\u0000\\ud83d\\ude00'),
+        _INSERT_VALUE.replace('"data":[{', '"data":[]').split('"data":[]')[0] + '"data":[]}',
+        _INSERT_VALUE + " ",
+        _INSERT_VALUE + "x",
+    ],
+)
+def test_fast_path_agrees_on_unusual_messages(value: str) -> None:
+    assert value != _INSERT_VALUE  # the replacement applied
+    for options in (EXT, {}):
+        assert_paths_agree(value.encode("utf-8", "surrogateescape"), options)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(VALID_MESSAGES), st.data(), FUZZ_OPTIONS)
+def test_fast_path_agrees_on_mutated_messages(value: bytes, data: st.DataObject, options: dict[str, str]) -> None:
+    i = data.draw(st.integers(0, len(value) - 1))
+    how = data.draw(st.sampled_from(["replace", "delete", "insert"]))
+    if how == "replace":
+        mutated = value[:i] + bytes([data.draw(st.integers(0, 255))]) + value[i + 1 :]
+    elif how == "delete":
+        mutated = value[:i] + value[i + 1 :]
+    else:
+        mutated = value[:i] + bytes([data.draw(st.integers(0, 255))]) + value[i:]
+    assert_paths_agree(mutated, options)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(VALID_MESSAGES), st.data(), JSON_VALUES, FUZZ_OPTIONS)
+def test_fast_path_agrees_on_replaced_json_values(value: bytes, data: st.DataObject, replacement: Any,
+                                                 options: dict[str, str]) -> None:
+    msg = orjson.loads(value)
+    node: Any = msg
+    while True:
+        keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+        if not keys:
+            break
+        k = data.draw(st.sampled_from(keys))
+        child = node[k]
+        if not isinstance(child, (dict, list)) or not child or data.draw(st.booleans()):
+            node[k] = replacement
+            break
+        node = child
+    assert_paths_agree(orjson.dumps(msg), options)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ticdc_delta.codec import decoder_for, encoder_for
+from ticdc_delta.codec import decoder_for, encoder_for, open_protocol as open_protocol_module
 from ticdc_delta.codec.json_output import event_to_json_object
 from ticdc_delta.codec.model import DecodeContext, DDLEvent, ResolvedEvent, RowChange
 from ticdc_delta.codec.open_protocol import go_quote, go_unquote
@@ -275,3 +276,205 @@ def test_fuzz_truncated_and_mutated(data: st.DataObject) -> None:
     for e in events:
         assert isinstance(e, (RowChange, DDLEvent, ResolvedEvent))
         event_to_json_object(e)  # every decoded event renders
+
+
+# --- the msgspec fast path decodes exactly as the orjson path -------------------------------------
+
+class _OrjsonOnly:
+    """Within: the decoders take the orjson path for every message (the fast path is switched off)."""
+
+    def __enter__(self) -> None:
+        self._saved = open_protocol_module._fast_key
+        open_protocol_module._fast_key = None
+
+    def __exit__(self, *exc: object) -> None:
+        open_protocol_module._fast_key = self._saved
+
+
+def outcome(decoder: Any, key: bytes, value: bytes | None) -> tuple[Any, ...]:
+    """What decoding gives: ("events", repr of the events) or ("error", error type, message)."""
+    try:
+        events = decoder.decode(key, value, CTX)
+    except DecodeError as exc:
+        return ("error", type(exc), str(exc))
+    return ("events", repr(events))  # repr tells -0.0 from 0.0 and types apart (1 vs 1.0)
+
+
+_WARM: dict[bool, Any] = {}
+
+
+def warm_decoder(fast: bool) -> Any:
+    """A decoder (per path) that has met the valid messages below: its caches are hot."""
+    decoder = _WARM.get(fast)
+    if decoder is None:
+        decoder = _WARM[fast] = decoder_for("open-protocol")
+        for key, value in VALID_BATCHES:
+            outcome(decoder, key, value)
+    return decoder
+
+
+def assert_paths_agree(key: bytes, value: bytes | None) -> None:
+    fast = outcome(warm_decoder(True), key, value)
+    fresh = outcome(decoder_for("open-protocol"), key, value)
+    with _OrjsonOnly():
+        slow = outcome(warm_decoder(False), key, value)
+    assert fast == slow
+    assert fresh == slow
+
+
+def _batches() -> list[tuple[bytes, bytes]]:
+    enc = encoder_for("open-protocol", {"max-batch-size": "8"})
+    out = [(m.key or b"", m.value or b"") for m in enc.encode(cases.ALL_EVENTS)]
+    wide = tuple(cases.Column(f"c{i}", 3, cases.F(0), i) for i in range(300))
+    out += [(m.key or b"", m.value or b"") for m in enc.encode([cases.INSERT._replace(columns=wide)])]
+    return out
+
+
+VALID_BATCHES = _batches()
+ROW_KEY = b'{"ts":5,"scm":"s","tbl":"t","t":1}'
+
+
+def test_fast_path_is_taken_for_ticdc_rows() -> None:
+    # every value within 64-bit signed integers (BIGINT UNSIGNED max takes the orjson path)
+    columns = tuple(c for c in cases.INSERT.columns if c.name != "c_bigint_u")
+    rows = [cases.INSERT._replace(columns=columns), cases.DELETE._replace(old=columns)]
+    (message,) = encoder_for("open-protocol").encode(rows)
+    key, value = message.key or b"", message.value or b""
+    decoder = decoder_for("open-protocol")
+    events = decoder.decode(key, value, CTX)
+    assert decoder._last_shape is not None  # the fast path built its converter
+    assert events == [e._replace(source=CTX) for e in rows]
+    with _OrjsonOnly():
+        other = decoder_for("open-protocol")
+        assert other.decode(key, value, CTX) == events
+        assert other._last_shape is None
+
+
+@pytest.mark.parametrize("batch", range(len(VALID_BATCHES)))
+def test_fast_path_agrees_on_valid_messages(batch: int) -> None:
+    assert_paths_agree(*VALID_BATCHES[batch])
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        (ROW_KEY, b'{"u":{"c":{"t":8,"f":128,"v":18446744073709551615}}}'),  # beyond int64: orjson path
+        (ROW_KEY, b'{"u":{"c":{"t":8,"f":128,"v":18446744073709551616}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":8,"f":0,"v":-9223372036854775809}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":5,"f":0,"v":1e999}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":5,"f":0,"v":-0.0}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":5,"f":0,"v":0.1e-400}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":5,"f":0,"v":1}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":5,"f":0,"v":"2.5"}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3,"f":0,"v":2.0}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3,"f":0,"v":2.5}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3,"f":0,"v":"aa"}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3,"f":0,"v":true}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3,"f":0,"v":[1]}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3.0,"f":0,"v":1}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":true,"f":0,"v":1}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3,"f":0.0,"v":1}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3,"f":4294967296,"v":1}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":256,"f":0,"v":1}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3,"v":1}}}'),  # legacy: no flags
+        (ROW_KEY, b'{"u":{"c":{"t":3,"h":true,"v":1}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3,"h":"yes","f":0,"v":1}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3,"f":0,"v":1,"x":"\xff"}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3,"f":0}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":15,"f":0,"v":"\xff"}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":15,"f":0,"v":"\\ud800"}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":15,"f":0,"v":12}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":15,"f":1,"v":"\\\\x89"}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":15,"f":1,"v":"\\\\q"}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":252,"f":1,"v":"!!"}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":6,"f":0,"v":"x"}}}'),
+        (ROW_KEY, b'{"u":{}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3,"f":0,"v":1},"c":{"t":15,"f":0,"v":"x"}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3,"f":0,"v":1}},"d":null}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3,"f":0,"v":1}},"d":{"c":{"t":3,"f":0,"v":2}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3,"f":0,"v":1}},"p":{"c":{"t":3,"f":0,"v":2}}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3,"f":0,"v":1}},"p":{}}'),
+        (ROW_KEY, b'{"u":{"c":{"t":3,"f":0,"v":1}},"x":1}'),
+        (ROW_KEY, b'{"p":{"c":{"t":3,"f":0,"v":1}}}'),
+        (ROW_KEY, b'[]'),
+        (b'{"ts":5,"scm":"s","tbl":"t","t":1,"ptn":7}', b'{"u":{"c":{"t":3,"f":0,"v":1}}}'),
+        (b'{"ts":5,"scm":"s","tbl":"t","t":1,"x":7}', b'{"u":{"c":{"t":3,"f":0,"v":1}}}'),
+        (b'{"ts":18446744073709551615,"t":1}', b'{"u":{"c":{"t":3,"f":0,"v":1}}}'),
+        (b'{"ts":-1,"t":1}', b'{"u":{"c":{"t":3,"f":0,"v":1}}}'),
+        (b'{"ts":5,"scm":null,"t":1}', b'{"u":{"c":{"t":3,"f":0,"v":1}}}'),
+        (b'{"ts":5,"t":2}', b'{"q":"CREATE TABLE t (c int)","t":3}'),
+        (b'{"ts":5,"t":3}', b""),
+    ],
+)
+def test_fast_path_agrees_on_unusual_entries(key: bytes, value: bytes) -> None:
+    assert_paths_agree(frame_key(key), frame_value(value))
+    # and as the second entry of a batch whose first entry is an ordinary row
+    first_key, first_value = b'{"ts":4,"scm":"s","tbl":"t","t":1}', b'{"u":{"c":{"t":3,"f":0,"v":1}}}'
+    assert_paths_agree(frame_key(first_key, key), frame_value(first_value, value))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(VALID_BATCHES[:-1]), st.data())
+def test_fast_path_agrees_on_mutated_messages(batch: tuple[bytes, bytes], data: st.DataObject) -> None:
+    key, value = batch
+    which = data.draw(st.sampled_from(["key", "value"]))
+    buf = bytearray(key if which == "key" else value)
+    if not buf:
+        return
+    i = data.draw(st.integers(0, len(buf) - 1))
+    how = data.draw(st.sampled_from(["replace", "delete", "insert"]))
+    if how == "replace":
+        buf[i] = data.draw(st.integers(0, 255))
+    elif how == "delete":
+        del buf[i]
+    else:
+        buf.insert(i, data.draw(st.integers(0, 255)))
+    k, v = (bytes(buf), value) if which == "key" else (key, bytes(buf))
+    assert_paths_agree(k, v)
+
+
+_JSON_SCALARS = (
+    st.none() | st.booleans() | st.integers(-(1 << 63), (1 << 64) - 1)  # what orjson writes
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=6)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), _JSON_SCALARS, st.sampled_from(["t", "f", "v", "h"]))
+def test_fast_path_agrees_on_replaced_column_fields(data: st.DataObject, replacement: Any, field: str) -> None:
+    """One column field of a valid batch replaced by an arbitrary JSON scalar (a type, flags, a value)."""
+    key, value = _valid_message()
+    entries = []
+    pos = 0
+    while pos < len(value):
+        (n,) = struct.unpack_from(">Q", value, pos)
+        entries.append(orjson.loads(value[pos + 8 : pos + 8 + n]))
+        pos += 8 + n
+    body = data.draw(st.sampled_from(entries))
+    columns = body[data.draw(st.sampled_from(sorted(body)))]
+    columns[data.draw(st.sampled_from(sorted(columns)))][field] = replacement
+    assert_paths_agree(key, frame_value(*(orjson.dumps(e) for e in entries)))
+
+
+_NUMBER_TEXTS = st.from_regex(r"-?(0|[1-9][0-9]{0,40})(\.[0-9]{1,30})?([eE][-+]?[0-9]{1,3})?", fullmatch=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_NUMBER_TEXTS, st.sampled_from([1, 3, 8, 4, 5, 15, 246]))
+def test_fast_path_reads_numbers_as_orjson_does(number: str, type_code: int) -> None:
+    """Integers beyond 64 bits, long fractions, huge exponents: msgspec and orjson read them alike, or
+    the fast path leaves them to the orjson path."""
+    value = b'{"u":{"c":{"t":%d,"f":0,"v":%s}}}' % (type_code, number.encode())
+    assert_paths_agree(frame_key(ROW_KEY), frame_value(value))
+
+
+def test_decoder_pickles_after_use() -> None:
+    """Spark ships decoders to executors: the generated converters stay behind, the copy rebuilds them."""
+    import pickle
+
+    key, value = VALID_BATCHES[2]
+    decoder = decoder_for("open-protocol")
+    events = decoder.decode(key, value, CTX)
+    copy = pickle.loads(pickle.dumps(decoder))
+    assert copy.options == decoder.options and copy._last_shape is None
+    assert copy.decode(key, value, CTX) == events

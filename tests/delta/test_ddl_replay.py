@@ -13,7 +13,8 @@ from ticdc_delta.core.batch_planner import RowsStep
 from ticdc_delta.core.merge import KeyResolver, collapse
 from ticdc_delta.core.records import ChangeRecord, DDLRecord
 from ticdc_delta.delta.applier import DeltaApplier
-from ticdc_delta.delta.ddl_replay import DDLReplayer, _widens, default_value
+from ticdc_delta.delta.arrow_types import widens
+from ticdc_delta.delta.ddl_replay import DDLReplayer, default_value
 from ticdc_delta.delta.sink import DeltaRsSink, TableIdent
 from ticdc_delta.errors import DDLPolicyError
 from ticdc_delta.schema.ddl import parse_ddl
@@ -114,6 +115,6 @@ def test_default_value_and_widening() -> None:
     assert default_value(ch.columns[0], 1_700_000_000_000 << 18, "UTC") == "2023-11-14 22:13:20"
     (ch,) = parse_ddl("ALTER TABLE t ADD c BIT(8) DEFAULT b'101'", default_schema="s")
     assert default_value(ch.columns[0], None, "UTC") == 5
-    assert _widens(pa.decimal128(6, 2), pa.decimal128(10, 4))
-    assert not _widens(pa.decimal128(6, 2), pa.decimal128(6, 3))
-    assert _widens(pa.int64(), pa.string()) and not _widens(pa.string(), pa.int64())
+    assert widens(pa.decimal128(6, 2), pa.decimal128(10, 4))
+    assert not widens(pa.decimal128(6, 2), pa.decimal128(6, 3))
+    assert widens(pa.int64(), pa.string()) and not widens(pa.string(), pa.int64())

@@ -48,9 +48,14 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from typing import Any, Callable, Mapping, Sequence
+from typing import Annotated, Any, Callable, Literal, Mapping, Optional, Sequence
 
 import orjson
+
+try:  # the fast path for row messages; without msgspec every message takes the orjson path
+    import msgspec
+except ImportError:  # pragma: no cover - msgspec is a dependency
+    msgspec = None  # type: ignore[assignment]
 
 from ..errors import DecodeError, EncodeError, FramingError, TruncatedMessageError
 from .base import Message, parse_bool_option
@@ -63,6 +68,8 @@ from .model import (
     DDLType,
     DecodeContext,
     Event,
+    Image,
+    ImageLayout,
     Op,
     ResolvedEvent,
     RowChange,
@@ -349,10 +356,6 @@ def _to_bytes(s: str) -> bytes:
     return _str_encode(s, "latin-1")
 
 
-def _not_text(v: Any) -> str:
-    raise TypeError("not a string")
-
-
 def _converter(type_code: int, flags: int) -> Callable[[Any], Any] | None:
     if type_code in (_T.TINYINT, _T.SMALLINT, _T.MEDIUMINT, _T.INT, _T.BIGINT, _T.YEAR):
         return _to_int
@@ -367,9 +370,9 @@ def _converter(type_code: int, flags: int) -> Callable[[Any], Any] | None:
 
 _KIND_NAMES: dict[Any, str] = {_to_int: "an integer", _to_uint: "an unsigned integer", _to_float: "a number"}
 
-# One column: (name, type code, flags, converter or None for text, the Column with a NULL value).
-_Spec = tuple[str, int, ColumnFlag, Callable[[Any], Any] | None, Column]
-_Builder = Callable[[dict[str, Any]], tuple[Column, ...]]
+# One column: (name, type code, flags, converter or None for text).
+_Spec = tuple[str, int, ColumnFlag, Callable[[Any], Any] | None]
+_Builder = Callable[[dict[str, Any]], tuple[Any, ...]]
 
 _new = tuple.__new__  # builds a NamedTuple without the Python-level __new__ (half the cost)
 _LAYOUT_CACHE_LIMIT = 512
@@ -377,74 +380,117 @@ _MAX_ORDERS = 8  # column orders remembered per layout (TiCDC and Canal always w
 _MAX_GENERATED_COLUMNS = 255  # wider rows use the generic loop
 
 
-def _compile_builder(specs: Sequence[_Spec]) -> _Builder:
-    """A function turning a row whose keys are exactly ``specs``' names, in that order, into Columns.
+def _text_or_null(v: Any) -> None:
+    """The value of a text column that is not a string: NULL, or an error (TypeError, see explain)."""
+    if v is None:
+        return None
+    raise TypeError("not a string")
+
+
+def _compile_builder(specs: Sequence[_Spec], *, checked: bool = True) -> _Builder:
+    """A function turning a row whose keys are exactly ``specs``' names, in that order, into its values.
 
     Like ``collections.namedtuple``, it is generated source: the loop over the columns is unrolled, so
-    a row costs no dict lookup, tuple indexing or call per text column (about a third less time than
-    :meth:`_Layout.generic_image`). The source holds only generated identifiers (``v0``, ``n0``, ...);
-    names, type codes, flags and converters are passed in as objects, never as text.
+    a row costs no dict lookup, tuple indexing or call per text column. The source holds only generated
+    identifiers (``v0``, ``k0``, ...); converters are passed in as objects, never as text. Unless
+    ``checked``, the row's values are known to be strings or null (the msgspec fast path checked them),
+    so text columns take them as they are and FLOAT/DOUBLE columns call ``float`` directly.
     """
     n = len(specs)
-    lines = ["def make(S, new, Column, str, int, not_text, to_int):"]
-    lines += [f"    n{i}, t{i}, f{i}, k{i}, z{i} = S[{i}]" for i in range(n)]
+    lines = ["def make(K, str, int, float, text_or_null):"]
+    lines.append("    " + "".join(f"k{i}, " for i in range(n)) + "= K")
     lines.append("    def build(row):")
     lines.append("        " + "".join(f"v{i}, " for i in range(n)) + "= row.values()")
     lines.append("        return (")
     for i, spec in enumerate(specs):
         if spec[3] is None:
-            value = f"v{i} if v{i}.__class__ is str else not_text(v{i})"
+            value = f"v{i} if v{i}.__class__ is str else text_or_null(v{i})" if checked else f"v{i}"
         elif spec[3] is _to_int:
-            value = f"int(v{i}, 10)"
+            value = f"None if v{i} is None else int(v{i}, 10)"
+        elif spec[3] is _to_float and not checked:
+            value = f"None if v{i} is None else float(v{i})"
         else:
-            value = f"k{i}(v{i})"
-        lines.append(f"            z{i} if v{i} is None else new(Column, (n{i}, t{i}, f{i}, {value})),")
+            value = f"None if v{i} is None else k{i}(v{i})"
+        lines.append(f"            {value},")
     lines.append("        )")
     lines.append("    return build")
     namespace: dict[str, Any] = {}
     exec(compile("\n".join(lines), "<canal-json row builder>", "exec"), namespace)  # noqa: S102
-    return namespace["make"](tuple(specs), _new, Column, str, int, _not_text, _to_int)  # type: ignore[no-any-return]
+    converters = tuple(spec[3] for spec in specs)
+    return namespace["make"](converters, str, int, float, _text_or_null)  # type: ignore[no-any-return]
+
+
+def _generic_builder(specs: Sequence[_Spec]) -> _Builder:
+    """:func:`_compile_builder` as a plain loop (for very wide rows)."""
+    converters = tuple(spec[3] for spec in specs)
+
+    def build(row: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(
+            [
+                (v if v.__class__ is str else _text_or_null(v)) if k is None else (None if v is None else k(v))
+                for k, v in zip(converters, row.values())
+            ]
+        )
+
+    return build
+
+
+# A column order's image layout, the builder of checked rows and the builder of trusted rows.
+_Entry = tuple[ImageLayout, _Builder, _Builder]
 
 
 class _Layout:
-    """The columns of one (mysqlType, pkNames): specs by name, and row builders by column order."""
+    """The columns of one (mysqlType, pkNames): specs by name, and by column order the image layout
+    (names, types, flags, shared by every event) and the functions building a row's values."""
 
-    __slots__ = ("specs", "_builders")
+    __slots__ = ("specs", "_builders", "_last_order", "_last_entry")
 
     def __init__(self, specs: dict[str, _Spec]) -> None:
         self.specs = specs
-        self._builders: dict[tuple[Any, ...], _Builder] = {}
+        self._builders: dict[tuple[Any, ...], _Entry] = {}
+        # the previous row's column order: comparing two tuples of the same strings beats hashing one
+        self._last_order: tuple[Any, ...] | None = None
+        self._last_entry: _Entry | None = None
 
-    def image(self, row: dict[str, Any]) -> tuple[Column, ...]:
-        """The Columns of one row image, in the row's order (the hot path: no checks beyond what the
+    def image(self, row: dict[str, Any]) -> Image:
+        """The Image of one row image, in the row's order (the hot path: no checks beyond what the
         lookups and converters raise -- KeyError, TypeError, ValueError, AttributeError; :meth:`explain`
         says what was wrong)."""
         order = tuple(row)
-        build = self._builders.get(order)
-        if build is None:
+        entry = self._last_entry if order == self._last_order else self._entry(order)
+        return Image(entry[0], entry[1](row))  # type: ignore[index]
+
+    def trusted_image(self, row: dict[str, str | None]) -> Image:
+        """:meth:`image` of a row whose values are known to be strings or null."""
+        order = tuple(row)
+        entry = self._last_entry if order == self._last_order else self._entry(order)
+        return Image(entry[0], entry[2](row))  # type: ignore[index]
+
+    def _entry(self, order: tuple[Any, ...]) -> _Entry:
+        """The layout and values builders for a column order (cached up to :data:`_MAX_ORDERS`).
+
+        Raises:
+            KeyError: a column without a mysqlType.
+            ValueError: an empty row.
+        """
+        entry = self._builders.get(order)
+        if entry is None:
             if not order:
                 raise ValueError("empty row")
-            if len(order) > _MAX_GENERATED_COLUMNS or len(self._builders) >= _MAX_ORDERS:
-                return self.generic_image(row)
-            build = _compile_builder([self.specs[name] for name in order])
-            self._builders[order] = build
-        return build(row)
-
-    def generic_image(self, row: dict[str, Any]) -> tuple[Column, ...]:
-        """:meth:`image` as a plain loop (for very wide rows and unusual column orders)."""
-        specs = self.specs
-        return tuple(
-            [
-                s[4]
-                if v is None
-                else _new(
-                    Column,
-                    (name, s[1], s[2], (v if v.__class__ is str else _not_text(v)) if (k := s[3]) is None else k(v)),
-                )
-                for name, v in row.items()
-                if (s := specs[name])
-            ]
-        )
+            specs = [self.specs[name] for name in order]
+            names = tuple(s[0] for s in specs)
+            layout = ImageLayout(names, [s[1] for s in specs], [s[2] for s in specs])
+            if len(self._builders) >= _MAX_ORDERS:
+                # more column orders than any real producer writes: decode them without caching anything
+                generic = _generic_builder(specs)
+                return layout, generic, generic
+            if len(order) > _MAX_GENERATED_COLUMNS:
+                entry = (layout, _generic_builder(specs), _generic_builder(specs))
+            else:
+                entry = (layout, _compile_builder(specs), _compile_builder(specs, checked=False))
+            self._builders[order] = entry
+        self._last_order, self._last_entry = order, entry
+        return entry
 
     def explain(self, row: Any, where: str) -> str | None:
         """Why :meth:`image` fails on ``row`` (``where`` is e.g. ``data[0]``), or None if it does not."""
@@ -488,6 +534,59 @@ def _type_name(value: Any) -> str:
 
 
 _DML_OPS = {"INSERT": Op.INSERT, "UPDATE": Op.UPDATE, "DELETE": Op.DELETE}
+_INSERT, _UPDATE = Op.INSERT, Op.UPDATE
+
+# ---------------------------------------------------------------------------------------------------------
+# Fast path: a row message as TiCDC writes it, parsed by msgspec against its expected shape
+# ---------------------------------------------------------------------------------------------------------
+#
+# msgspec checks the JSON types while it parses (every row value a string or null, the TiDB extension
+# exactly {"commitTs": <int>}, every field one TiCDC writes) and hands mysqlType, pkNames and sqlType over
+# as their raw bytes: the first two identify the cached layout without building a dict; sqlType (not
+# read) is only checked to be JSON orjson accepts, once per distinct value. A message of any other shape
+# (DDL, watermark, unknown fields, an official-Canal float, an error of any kind) fails that parse and
+# takes the orjson path, which holds every rule and every error message; so does anything the fast path
+# would have to judge. What the fast path accepts, the orjson path decodes to the same events: both
+# parsers take duplicate keys' last value, both check UTF-8 and surrogate escapes in every string they
+# build; the integers msgspec reads are bounded to 64 bits (orjson reads wider ones as floats, or refuses
+# them), and raw mysqlType/pkNames/sqlType are parsed by orjson the first time they are met
+# (tests/codec/test_canal_json.py compares the two paths on valid, unusual and mutated messages).
+
+_RAW_CACHE_LIMIT = 512
+
+if msgspec is not None:
+    # the integers TiCDC and Canal write (id, es, ts, sqlType): signed 64-bit, which orjson reads too
+    _Int64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+    _Rows = list[dict[str, Optional[str]]]
+
+    # gc=False: the instances hold only parsed JSON, never a reference cycle
+    class _FastTidb(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+        """``_tidb`` of a TiCDC row message: the commit ts and nothing else (no claim check, no
+        handle-key-only marker)."""
+
+        commitTs: int
+
+    class _FastRowMessage(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+        """A Canal-JSON row message of the usual shape (field names as on the wire)."""
+
+        isDdl: bool
+        type: Literal["INSERT", "UPDATE", "DELETE"]
+        database: str
+        table: str
+        mysqlType: msgspec.Raw
+        data: _Rows
+        id: _Int64 = 0
+        pkNames: msgspec.Raw = msgspec.Raw(b"null")
+        es: _Int64 = 0
+        ts: _Int64 = 0
+        sql: str = ""
+        sqlType: msgspec.Raw = msgspec.Raw(b"null")  # not read, but must be JSON orjson accepts
+        old: Optional[_Rows] = None
+        tidb: Optional[_FastTidb] = msgspec.field(default=None, name="_tidb")
+
+    _fast_parse: Callable[[bytes], Any] | None = msgspec.json.Decoder(_FastRowMessage).decode
+else:  # pragma: no cover
+    _fast_parse = None
 
 
 class CanalJsonDecoder:
@@ -511,6 +610,14 @@ class CanalJsonDecoder:
 
     def _clear_caches(self) -> None:
         self._layouts: dict[Any, _Layout] = {}
+        # fast path: (raw mysqlType, raw pkNames) -> layout, and the previous message's; raw sqlTypes
+        # that orjson accepts, and the previous message's
+        self._raw_layouts: dict[tuple[bytes, bytes], _Layout] = {}
+        self._raw_sql_types: set[bytes] = set()
+        self._last_raw_sql_type: Any = None
+        self._last_raw_types: Any = None
+        self._last_raw_pk: Any = None
+        self._last_raw_layout: _Layout | None = None
         # The layout of the previous message: consecutive messages are usually of one table, and
         # comparing two small dicts is cheaper than hashing one.
         self._last_types: Any = None
@@ -540,6 +647,13 @@ class CanalJsonDecoder:
                 TiDB extension is enabled and ``_tidb.commitTs`` is missing, or the message is a TiCDC
                 claim-check / handle-key-only reference to a row it does not contain.
         """
+        if value.__class__ is bytes and _fast_parse is not None:
+            try:
+                events = self._fast_rows(_fast_parse(value), ctx)
+            except Exception:  # noqa: BLE001 - not of the usual shape, or a value to refuse: the orjson path decides
+                events = None
+            if events is not None:
+                return events
         if value is None:
             raise _error(ctx, "message value is null (Canal-JSON has no tombstones)", FramingError)
         try:
@@ -633,6 +747,92 @@ class CanalJsonDecoder:
         self._last_types, self._last_pk, self._last_layout = types, pk, layout
         return layout
 
+    def _fast_rows(self, msg: Any, ctx: DecodeContext) -> list[Event] | None:
+        """The events of a row message msgspec parsed (``_FastRowMessage``), or None when the orjson
+        path must decide (see the comment above ``_FastRowMessage``). Mirrors :meth:`_rows`.
+
+        Raises:
+            KeyError, TypeError, ValueError, AttributeError: a row the orjson path must judge.
+        """
+        if msg.isDdl:
+            return None
+        tidb = msg.tidb
+        if tidb is None:
+            if self._extension:
+                return None  # the orjson path raises: the extension promises a commit ts
+            commit_ts = None
+        else:
+            commit_ts = tidb.commitTs
+            if not 0 <= commit_ts < _U64_LIMIT:
+                return None
+        raw_types, raw_pk = msg.mysqlType, msg.pkNames
+        if raw_types == self._last_raw_types and raw_pk == self._last_raw_pk:
+            layout = self._last_raw_layout
+        else:
+            layout = self._raw_layout(raw_types, raw_pk, ctx)
+        data = msg.data
+        if layout is None or not data:
+            return None
+        if msg.sqlType != self._last_raw_sql_type and not self._raw_sql_type_ok(msg.sqlType):
+            return None
+        op = _DML_OPS[msg.type]
+        schema, table = msg.database, msg.table
+        if len(data) == 1 and op != _UPDATE:  # TiCDC's case: one row per message; trusted_image inlined
+            row = data[0]
+            order = tuple(row)
+            entry = layout._last_entry if order == layout._last_order else layout._entry(order)
+            image = Image(entry[0], entry[2](row))  # type: ignore[index]
+            if op == _INSERT:
+                return [_new(RowChange, (commit_ts, schema, table, op, image, None, ctx))]
+            return [_new(RowChange, (commit_ts, schema, table, op, None, image, ctx))]
+        image_of = layout.trusted_image
+        if op == _INSERT:
+            return [_new(RowChange, (commit_ts, schema, table, op, image_of(row), None, ctx)) for row in data]
+        if op == Op.DELETE:
+            return [_new(RowChange, (commit_ts, schema, table, op, None, image_of(row), ctx)) for row in data]
+        old = msg.old
+        if old is None:
+            return [_new(RowChange, (commit_ts, schema, table, op, image_of(row), None, ctx)) for row in data]
+        if len(old) != len(data):
+            return None
+        out: list[Event] = []
+        for row, before in zip(data, old):
+            merged = row | before
+            if len(merged) != len(row):
+                return None
+            out.append(_new(RowChange, (commit_ts, schema, table, op, image_of(row), image_of(merged), ctx)))
+        return out
+
+    def _raw_sql_type_ok(self, raw: Any) -> bool:
+        """Whether a raw sqlType is JSON orjson accepts (msgspec only skipped over it)."""
+        data = bytes(raw)
+        if data not in self._raw_sql_types:
+            try:
+                orjson.loads(data)
+            except orjson.JSONDecodeError:
+                return False
+            if len(self._raw_sql_types) >= _RAW_CACHE_LIMIT:
+                self._raw_sql_types.clear()
+            self._raw_sql_types.add(data)
+        self._last_raw_sql_type = raw
+        return True
+
+    def _raw_layout(self, raw_types: Any, raw_pk: Any, ctx: DecodeContext) -> _Layout | None:
+        """The layout of a raw mysqlType and pkNames (cached by their bytes), or None when they do not
+        make one (the orjson path then says why)."""
+        key = (bytes(raw_types), bytes(raw_pk))
+        layout = self._raw_layouts.get(key)
+        if layout is None:
+            try:
+                layout = self._layout(orjson.loads(key[0]), orjson.loads(key[1]), ctx)
+            except (ValueError, DecodeError):  # orjson.JSONDecodeError is a ValueError
+                return None
+            if len(self._raw_layouts) >= _RAW_CACHE_LIMIT:
+                self._raw_layouts.clear()
+            self._raw_layouts[key] = layout
+        self._last_raw_types, self._last_raw_pk, self._last_raw_layout = raw_types, raw_pk, layout
+        return layout
+
     def _rows(self, msg: dict[str, Any], op: str, ctx: DecodeContext) -> list[Event]:
         """One RowChange per element of ``data`` (the hot path of the decoder)."""
         tidb = msg.get("_tidb")
@@ -715,8 +915,7 @@ def _build_layout(types: dict[str, str], pk: list[str] | tuple[()], ctx: DecodeC
             raise _error(ctx, f"mysqlType of column {name!r}: {exc}") from None
         if name in keys:
             flags = column_flag(int(flags) | _KEY_FLAGS)
-        null = _new(Column, (name, int(tp), flags, None))
-        specs[name] = (name, int(tp), flags, _converter(tp, flags), null)
+        specs[name] = (name, int(tp), flags, _converter(tp, flags))
     return _Layout(specs)
 
 

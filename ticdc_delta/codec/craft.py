@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 import struct
 from itertools import accumulate
-from typing import Any, Callable, NamedTuple, Sequence, TypeVar
+from typing import Any, Callable, Iterator, NamedTuple, Sequence, TypeVar
 
 from ..errors import DecodeError, EncodeError, FramingError, TruncatedMessageError, UnsupportedVersionError
 from .base import Message
@@ -45,6 +45,8 @@ from .model import (
     DDLEvent,
     DecodeContext,
     Event,
+    Image,
+    ImageLayout,
     Op,
     ResolvedEvent,
     RowChange,
@@ -77,8 +79,8 @@ _FLOAT64 = struct.Struct("<d")
 _unpack_float = _FLOAT64.unpack
 _pack_float = _FLOAT64.pack
 
-# Building the Column namedtuple through tuple.__new__ skips the generated Python-level __new__ and halves
-# the cost of the commonest allocation of the decoder; the result is an ordinary Column.
+# Building a NamedTuple (RowChange) through tuple.__new__ skips the generated Python-level __new__ and
+# halves its cost; the result is an ordinary RowChange.
 _new_tuple = tuple.__new__
 
 # TiCDC sink-uri parameters (Kafka sink and codec): the decoder does not need any of them, the encoder
@@ -335,9 +337,9 @@ def _value_decoder(tp: int, flags: int) -> Callable[[bytes], Any]:
 _LENGTH_BYTES = bytes(range(0, 0x80, 2)) + b"\x01"
 
 # A column group's values are decoded by a function made for the group's shape (its types and flags):
-# ``decode_values(data, pos, end, names) -> tuple[Column, ...]`` reads the value lengths from ``pos``,
-# then the values, which must end exactly at ``end``.
-_ValuesDecoder = Callable[[bytes, int, int, tuple[str, ...]], tuple[Column, ...]]
+# ``decode_values(data, pos, end, layout) -> Image`` reads the value lengths from ``pos``, then the values,
+# which must end exactly at ``end``; the image is the group's layout (names, types, flags) and the values.
+_ValuesDecoder = Callable[[bytes, int, int, ImageLayout], Image]
 
 # A column group's metadata parsed from its leading bytes: (name term ids, values decoder, types, flags)
 _GroupMeta = tuple[tuple[int, ...], _ValuesDecoder, tuple[int, ...], tuple[ColumnFlag, ...]]
@@ -353,8 +355,10 @@ class _GroupShape(NamedTuple):
     decode_values: _ValuesDecoder
     types: tuple[int, ...]
     flags: tuple[ColumnFlag, ...]
+    layout: ImageLayout  # names, types and flags, shared by every image of this shape
 
 
+_ONE_GROUP: list[int] = []  # marks a row event whose one column group fills its body
 _CACHE_LIMIT = 4096  # entries per decoder cache; a cache that fills up is cleared
 _MEMO_MAX_BYTES = 4096  # longer keys (dictionaries, headers, group metadata) are parsed every time
 _META_LENGTHS_LIMIT = 16
@@ -388,33 +392,71 @@ def _generic_values_decoder(types: tuple[int, ...], flags: tuple[ColumnFlag, ...
     decoders = tuple(_value_decoder(tp, fl) for tp, fl in zip(types, flags))
     ncols = len(types)
 
-    def decode_values(data: bytes, pos: int, end: int, names: tuple[str, ...]) -> tuple[Column, ...]:
+    def decode_values(data: bytes, pos: int, end: int, layout: ImageLayout) -> Image:
         lengths, pos = _read_lengths(data, pos, end, ncols)
-        columns = tuple(
+        values = tuple(
             [
                 # the walrus advances ``pos`` over each value's bytes (NULL has none)
-                _new_tuple(Column, (name, tp, fl, None if n < 0 else dec(data[pos : (pos := pos + n)])))
-                for name, tp, fl, dec, n in zip(names, types, flags, decoders, lengths)
+                None if n < 0 else dec(data[pos : (pos := pos + n)])
+                for dec, n in zip(decoders, lengths)
             ]
         )
         if pos != end:
             raise _values_end_error(pos, end)
-        return columns
+        return Image(layout, values)
 
     return decode_values
+
+
+_STRUCTS_PER_DECODER = 256  # value-length patterns with a compiled struct, per values decoder
+_SEEN_PER_DECODER = 4096  # value-length patterns seen once, per values decoder
+_STRUCT_FIELD = ["%ds" % (z >> 1) for z in range(0x80)]  # by zigzag length byte: "<n>s"
+
+
+class _LengthPatterns:
+    """The value-length patterns of one values decoder that have a compiled :class:`struct.Struct`.
+
+    A column group's lengths come first (one byte each for values under 64 bytes), so their bytes say
+    where every value is: for a pattern met more than once, one ``Struct.unpack_from`` cuts all the
+    values out at once (half the cost of slicing them one by one). Only patterns that decoded without
+    error get one; FLOAT/DOUBLE values (8 bytes in such a pattern) come out as floats. Patterns with a
+    NULL (zigzag length byte 1, a ``0s`` field) are kept apart in ``null_structs``: their values are
+    checked against the length bytes.
+    """
+
+    __slots__ = ("structs", "null_structs", "_seen", "_floats")
+
+    def __init__(self, types: tuple[int, ...]) -> None:
+        self.structs: dict[bytes, struct.Struct] = {}
+        self.null_structs: dict[bytes, struct.Struct] = {}
+        self._seen: set[bytes] = set()
+        self._floats = [tp in _FLOAT_TYPES for tp in types]
+
+    def learn(self, run: bytes) -> None:
+        """Note a pattern of one-byte lengths whose values just decoded; compile it the second time."""
+        if run not in self._seen:
+            if len(self._seen) >= _SEEN_PER_DECODER:
+                self._seen.clear()
+            self._seen.add(run)
+            return
+        fields = ["d" if is_float and z != 1 else _STRUCT_FIELD[z] for z, is_float in zip(run, self._floats)]
+        compiled = struct.Struct("<" + "".join(fields))
+        _remember_bounded(self.null_structs if 1 in run else self.structs, run, compiled, _STRUCTS_PER_DECODER)
 
 
 def _generated_values_decoder(types: tuple[int, ...], flags: tuple[ColumnFlag, ...]) -> _ValuesDecoder:
     """A values decoder written for one shape: straight-line code, one statement per column.
 
     A loop over the columns spends about a third of its time iterating, unpacking and dispatching; this
-    function does none of that. Only integers (column count, indexes, type codes) go into the source;
-    names, flags and helpers are bound as globals of the generated function.
+    function does none of that. Only integers (column count, indexes) go into the source; helpers are
+    bound as globals of the generated function. It builds no Column: the values go into an :class:`Image`
+    of the group's layout. Value-length patterns seen before are cut with one struct call
+    (:class:`_LengthPatterns`); the others value by value.
     """
     ncols = len(types)
+    patterns = _LengthPatterns(types)
     env: dict[str, Any] = {
-        "_new": _new_tuple,
-        "Column": Column,
+        "Image": Image,
         "S": _SVARINT,
         "U": _UVARINT,
         "ZZ": _zz,
@@ -424,42 +466,60 @@ def _generated_values_decoder(types: tuple[int, ...], flags: tuple[ColumnFlag, .
         "unpack_float": _unpack_float,
         "bad_float": _bad_float,
         "dec_null": _dec_null,
+        "STRUCTS": patterns.structs,
+        "NULL_STRUCTS": patterns.null_structs,
+        "learn": patterns.learn,
     }
     lengths = ", ".join(f"n{i}" for i in range(ncols)) + ","
-    names = ", ".join(f"c{i}" for i in range(ncols)) + ","
+    raws = ", ".join(f"r{i}" for i in range(ncols)) + ","
+    zigzags = ", ".join(f"z{i}" for i in range(ncols)) + ","
+    quick: list[str] = []  # each value from its bytes r<i> (struct path; a float is already a float)
+    slow: list[str] = []  # each value sliced from data (n<i> bytes at p)
+    for i, (tp, fl) in enumerate(zip(types, flags)):
+        dec = _value_decoder(tp, int(fl))
+        raw = f"data[p : (p := p + n{i})]"  # the value's bytes; ``p`` moves past them
+        if dec is _dec_str:
+            expr, fast = f"{raw}.decode()", f"r{i}.decode()"
+        elif dec is _dec_bytes:
+            expr, fast = raw, f"r{i}"
+        elif dec is _dec_int:
+            expr, fast = f"S[{raw}]", f"S[r{i}]"
+        elif dec is _dec_uint:
+            expr, fast = f"U[{raw}]", f"U[r{i}]"
+        elif dec is _dec_float:
+            expr, fast = f"unpack_float({raw})[0] if n{i} == 8 else bad_float(n{i})", f"r{i}"
+        else:
+            expr, fast = f"dec_null({raw})", f"dec_null(r{i})"
+        quick.append(fast)
+        slow.append(f"    v{i} = None if n{i} < 0 else {expr}")
     lines = [
-        "def decode_values(data, p, end, names):",
+        "def decode_values(data, p, end, layout):",
         f"    q = p + {ncols}",
         "    run = data[p:q]",
+        "    st = STRUCTS.get(run)",
+        "    if st is not None and q + st.size == end:",
+        f"        {raws} = st.unpack_from(data, q)",
+        "        return Image(layout, (" + ", ".join(quick) + ",))",
+        "    st = NULL_STRUCTS.get(run)",
+        "    if st is not None and q + st.size == end:",
+        f"        {raws} = st.unpack_from(data, q)",
+        f"        {zigzags} = run",  # length byte 1 (zigzag -1) is NULL
+        "        return Image(layout, ("
+        + ", ".join(f"None if z{i} == 1 else {e}" for i, e in enumerate(quick))
+        + ",))",
         # every length one byte (values under 64 bytes), each a valid one (zigzag: even, or 1 for NULL)
         "    if q <= end and run.isascii() and not run.translate(None, LENGTH_BYTES):",
         f"        {lengths} = map(ZZ, run)",
         "    else:",
         f"        ({lengths}), q = read_lengths(data, p, end, {ncols})",
+        "        run = None",
         "    p = q",
-        f"    {names} = names",
-    ]
-    for i, (tp, fl) in enumerate(zip(types, flags)):
-        env[f"F{i}"] = fl
-        dec = _value_decoder(tp, int(fl))
-        raw = f"data[p : (p := p + n{i})]"  # the value's bytes; ``p`` moves past them
-        if dec is _dec_str:
-            expr = f"{raw}.decode()"
-        elif dec is _dec_bytes:
-            expr = raw
-        elif dec is _dec_int:
-            expr = f"S[{raw}]"
-        elif dec is _dec_uint:
-            expr = f"U[{raw}]"
-        elif dec is _dec_float:
-            expr = f"unpack_float({raw})[0] if n{i} == 8 else bad_float(n{i})"
-        else:
-            expr = f"dec_null({raw})"
-        lines.append(f"    v{i} = None if n{i} < 0 else {expr}")
-    lines += [
+        *slow,
         "    if p != end:",
         "        raise end_error(p, end)",
-        "    return (" + " ".join(f"_new(Column, (c{i}, {t}, F{i}, v{i}))," for i, t in enumerate(types)) + ")",
+        "    if run is not None:",
+        "        learn(run)",
+        "    return Image(layout, (" + " ".join(f"v{i}," for i in range(ncols)) + "))",
     ]
     exec("\n".join(lines), env)  # noqa: S102 - source built from integers only, see above
     return env["decode_values"]  # type: ignore[no-any-return]
@@ -491,6 +551,8 @@ class CraftDecoder:
         self._metas: dict[bytes, _GroupMeta] = {}
         self._meta_lengths: dict[int, list[int]] = {}  # column count -> lengths of known leading bytes
         self._values_decoders: dict[tuple[tuple[int, ...], tuple[ColumnFlag, ...]], _ValuesDecoder] = {}
+        # (names, types, flags) -> the layout every image of those columns shares, across dictionaries
+        self._layouts: dict[tuple[tuple[str, ...], tuple[int, ...], tuple[ColumnFlag, ...]], ImageLayout] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
         # the caches hold generated functions, which do not pickle; a copy starts with empty caches
@@ -521,7 +583,15 @@ class CraftDecoder:
         if version != VERSION:
             raise UnsupportedVersionError(PROTOCOL, f"version {version}, expected {VERSION}")
         tables_start, tables_end = _size_tables_bounds(data, body_start)
-        tables = _size_tables(data, tables_start, tables_end)
+        # a batch of inserts/deletes has one column group per event, filling its body: read its size tables
+        # in one pass (``group_sizes``), else table by table
+        quick = _row_batch_size_tables(data, tables_start, tables_end)
+        if quick is not None:
+            meta, event_sizes, group_sizes = quick
+            tables = [meta, event_sizes]
+        else:
+            tables = _size_tables(data, tables_start, tables_end)
+            group_sizes = None
         if len(tables) < 2:
             raise _framing(f"expected the meta and events size tables, found {len(tables)} table(s)")
         meta, event_sizes = tables[0], tables[1]
@@ -554,29 +624,34 @@ class CraftDecoder:
             data, body_start, header_end, count, terms, dict_bytes
         )
         rows = types.count(_ROW)
-        if len(tables) != 2 + rows:
-            raise _framing(
-                f"{rows} row event(s) need {rows} column-group size table(s), found {len(tables) - 2}"
-            )
+        group_tables: Iterator[list[int]] | None = None
+        if group_sizes is None or rows != count or group_sizes != event_sizes:
+            if group_sizes is not None:  # not what it looked like: read the tables one by one
+                tables = _size_tables(data, tables_start, tables_end)
+            if len(tables) != 2 + rows:
+                raise _framing(
+                    f"{rows} row event(s) need {rows} column-group size table(s), found {len(tables) - 2}"
+                )
+            group_tables = iter(tables[2:])
+        # else: every event is a row whose one column group fills its body (group_tables stays None)
 
         events: list[Event] = []
         append = events.append
-        group_tables = iter(tables[2:])
         group = self._group
         pos = header_end
         for tp, ev_size, ts, schema, table in zip(types, event_sizes, ts_list, schemas, table_names):
             end = pos + ev_size
             if tp == _ROW:
-                group_sizes = next(group_tables)
-                if len(group_sizes) == 1 and group_sizes[0] == ev_size:  # an insert or a delete
-                    # inline _group: this is the hot path
+                sizes = _ONE_GROUP if group_tables is None else next(group_tables)
+                if sizes is _ONE_GROUP or (len(sizes) == 1 and sizes[0] == ev_size):
+                    # an insert or a delete; inline _group: this is the hot path
                     for shape in shapes:
                         if data.startswith(shape.lead, pos):
                             break
                     else:
                         shape = self._shape(data, pos, end, terms, shapes)
                     try:
-                        columns = shape.decode_values(data, pos + shape.lead_size, end, shape.names)
+                        columns = shape.decode_values(data, pos + shape.lead_size, end, shape.layout)
                     except (UnicodeDecodeError, DecodeError) as err:
                         raise _value_error(data, pos + shape.lead_size, end, shape, err) from None
                     gtype = shape.group_type
@@ -587,11 +662,9 @@ class CraftDecoder:
                     else:
                         raise _bad(f"unexpected column group type {gtype} (1 new, 2 old)")
                 else:  # an update: new and old image
-                    if len(group_sizes) != 2 or min(group_sizes) < 0 or sum(group_sizes) != ev_size:
-                        raise _framing(
-                            f"column groups of sizes {group_sizes} in a row body of {ev_size} bytes"
-                        )
-                    mid = pos + group_sizes[0]
+                    if len(sizes) != 2 or min(sizes) < 0 or sum(sizes) != ev_size:
+                        raise _framing(f"column groups of sizes {sizes} in a row body of {ev_size} bytes")
+                    mid = pos + sizes[0]
                     first_type, first = group(data, pos, mid, terms, shapes)
                     second_type, second = group(data, mid, end, terms, shapes)
                     if first_type == _GROUP_NEW and second_type == _GROUP_OLD:
@@ -616,7 +689,7 @@ class CraftDecoder:
 
     def _group(
         self, data: bytes, pos: int, end: int, terms: tuple[str, ...], shapes: list[_GroupShape]
-    ) -> tuple[int, tuple[Column, ...]]:
+    ) -> tuple[int, Image]:
         """The type (1 new, 2 old) and the columns of the column group ``data[pos:end]``.
 
         Raises:
@@ -629,7 +702,7 @@ class CraftDecoder:
         else:
             shape = self._shape(data, pos, end, terms, shapes)
         try:
-            return shape.group_type, shape.decode_values(data, pos + shape.lead_size, end, shape.names)
+            return shape.group_type, shape.decode_values(data, pos + shape.lead_size, end, shape.layout)
         except (UnicodeDecodeError, DecodeError) as err:
             raise _value_error(data, pos + shape.lead_size, end, shape, err) from None
 
@@ -714,9 +787,11 @@ class CraftDecoder:
             raise _bad(
                 f"column name term ids {min(ids)}..{max(ids)} outside the dictionary of {len(terms)} terms"
             )
-        shape = _GroupShape(
-            data[pos:stop], stop - pos, gtype, tuple(map(terms.__getitem__, ids)), decode_values, types, flags
-        )
+        names = tuple(map(terms.__getitem__, ids))
+        layout = self._layouts.get((names, types, flags))
+        if layout is None:
+            layout = _remember(self._layouts, (names, types, flags), ImageLayout(names, types, flags))
+        shape = _GroupShape(data[pos:stop], stop - pos, gtype, names, decode_values, types, flags, layout)
         if len(shapes) < _SHAPES_PER_DICTIONARY:
             shapes.append(shape)
         return shape
@@ -728,7 +803,12 @@ _V = TypeVar("_V")
 
 def _remember(cache: dict[_K, _V], key: _K, value: _V) -> _V:
     """Store ``value`` under ``key`` in a bounded cache (cleared when full) and return it."""
-    if len(cache) >= _CACHE_LIMIT:
+    return _remember_bounded(cache, key, value, _CACHE_LIMIT)
+
+
+def _remember_bounded(cache: dict[_K, _V], key: _K, value: _V, limit: int) -> _V:
+    """Store ``value`` under ``key`` in a cache of at most ``limit`` entries (cleared when full)."""
+    if len(cache) >= limit:
         cache.clear()
     cache[key] = value
     return value
@@ -774,6 +854,29 @@ def _size_tables_bounds(data: bytes, floor: int) -> tuple[int, int]:
             PROTOCOL, f"size tables of {value} bytes announced, only {max(tables_end - floor, 0)} before them"
         )
     return tables_end - value, tables_end
+
+
+def _row_batch_size_tables(data: bytes, start: int, end: int) -> tuple[list[int], list[int], list[int]] | None:
+    """The size tables of a typical batch of inserts and deletes, read in one pass: (meta, event sizes,
+    the one column-group size of each event), or None when they are not laid out that way (two sizes in
+    the meta table, N event sizes, then N tables of one size each, every count a one-byte varint).
+
+    The caller still checks that every event is a row and that each group size is its event's size;
+    :func:`_size_tables` reads (and validates) every other layout.
+    """
+    parts = _VARINT.findall(data, start, end)
+    if len(parts) < 4 or parts[0] != b"\x02" or data[end - 1] >= 0x80:
+        return None
+    count = _UVARINT[parts[3]]
+    singles = parts[4 + count :]
+    if len(singles) != 2 * count or singles[0::2].count(b"\x01") != count:
+        return None
+    delta_of = _SVARINT.__getitem__
+    return (
+        list(accumulate(map(delta_of, parts[1:3]))),
+        list(accumulate(map(delta_of, parts[4 : 4 + count]))),
+        list(map(delta_of, singles[1::2])),  # a table of one size holds the size itself
+    )
 
 
 def _size_tables(data: bytes, start: int, end: int) -> list[list[int]]:

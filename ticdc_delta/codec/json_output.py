@@ -13,11 +13,11 @@ Values: integers stay exact JSON integers (18446744073709551615 included), float
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import Any, Sequence
 
 import orjson
 
-from .model import Column, DDLEvent, Event, ResolvedEvent, RowChange
+from .model import Column, DDLEvent, Event, ResolvedEvent, RowChange, image_parts
 
 __all__ = ["event_to_json_object", "event_to_json_line", "value_to_json"]
 
@@ -31,10 +31,11 @@ def value_to_json(value: Any) -> Any:
     return str(value)
 
 
-def _image(columns: tuple[Column, ...] | None) -> dict[str, Any] | None:
+def _image(columns: Sequence[Column] | None) -> dict[str, Any] | None:
     if columns is None:
         return None
-    return {c.name: value_to_json(c.value) for c in columns}
+    names, _types, _flags, values = image_parts(columns)
+    return dict(zip(names, map(value_to_json, values)))
 
 
 def event_to_json_object(event: Event) -> dict[str, Any]:

@@ -26,12 +26,20 @@ NULL                                   ``None``
 
 The classes are tuples (``NamedTuple``) on purpose: a decoder builds millions of them, and a tuple is the
 cheapest object Python can build. They are immutable, picklable and compare by value.
+
+A row image (``RowChange.columns`` / ``RowChange.old``) is a sequence of :class:`Column`. Encoders, tests
+and the simulator build it as a plain ``tuple`` of Columns; the decoders build an :class:`Image` instead:
+one shared :class:`ImageLayout` per table (names, type codes, flags) and one tuple of values per event, the
+Columns made only when someone iterates. An Image compares equal to the tuple of its Columns and hashes
+the same, so the two are interchangeable. Code that only needs names and values should call
+:func:`image_parts` (O(1) for an Image) rather than iterate Columns.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum, IntFlag
-from typing import Any, NamedTuple, Union
+from functools import partial
+from typing import Any, Iterator, NamedTuple, Sequence, Union, overload
 
 __all__ = [
     "ColumnFlag",
@@ -40,6 +48,11 @@ __all__ = [
     "Op",
     "DecodeContext",
     "Column",
+    "ImageLayout",
+    "Image",
+    "ColumnImage",
+    "image_parts",
+    "image_as_dict",
     "RowChange",
     "DDLEvent",
     "ResolvedEvent",
@@ -201,6 +214,270 @@ def is_binary_column(type_code: int, flags: int) -> bool:
     return type_code in TEXT_OR_BINARY_TYPES and bool(flags & ColumnFlag.BINARY)
 
 
+_KEY_MASK = int(ColumnFlag.HANDLE_KEY | ColumnFlag.PRIMARY_KEY)
+_column_of = partial(tuple.__new__, Column)  # Column from a 4-tuple without the Python-level __new__
+
+
+class ImageLayout:
+    """The shape of a row image: column names, type codes and flags, shared by every image of a table.
+
+    Decoders build one per table (and column order) and reuse it for every event; it is immutable and
+    compares, hashes and pickles by value. ``types`` are plain ``int``; ``flags`` are :class:`ColumnFlag`
+    (what :attr:`Column.flags` holds) and ``int_flags`` the same as ``int`` (cheaper to pickle).
+
+    Raises:
+        ValueError: ``names``, ``types`` and ``flags`` differ in length.
+    """
+
+    __slots__ = ("names", "types", "flags", "int_flags", "_key_names", "_hash")
+
+    names: tuple[str, ...]
+    types: tuple[int, ...]
+    flags: tuple[ColumnFlag, ...]
+    int_flags: tuple[int, ...]
+
+    def __init__(self, names: Sequence[str], types: Sequence[int], flags: Sequence[int]) -> None:
+        names, types, int_flags = tuple(names), tuple(map(int, types)), tuple(map(int, flags))
+        if not len(names) == len(types) == len(int_flags):
+            raise ValueError(
+                f"layout of {len(names)} names, {len(types)} type codes and {len(int_flags)} flags"
+            )
+        set_ = object.__setattr__
+        set_(self, "names", names)
+        set_(self, "types", types)
+        set_(self, "int_flags", int_flags)
+        set_(self, "flags", tuple(map(column_flag, int_flags)))
+        set_(self, "_key_names", tuple(n for n, f in zip(names, int_flags) if f & _KEY_MASK))
+        set_(self, "_hash", hash((names, types, int_flags)))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"ImageLayout is immutable (cannot set {name!r})")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"ImageLayout is immutable (cannot delete {name!r})")
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if other.__class__ is not ImageLayout:
+            return NotImplemented
+        return (  # type: ignore[no-any-return]
+            self._hash == other._hash  # type: ignore[attr-defined]
+            and self.names == other.names  # type: ignore[attr-defined]
+            and self.types == other.types  # type: ignore[attr-defined]
+            and self.int_flags == other.int_flags  # type: ignore[attr-defined]
+        )
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[no-any-return]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ImageLayout, (self.names, self.types, self.int_flags))
+
+    def __repr__(self) -> str:
+        return f"ImageLayout({self.names!r}, {self.types!r}, {self.int_flags!r})"
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        """Names of the handle-key columns (:attr:`Column.is_key`), in order."""
+        return self._key_names  # type: ignore[no-any-return]
+
+
+class Image(Sequence[Column]):
+    """A row image as a layout shared by many events and this event's values: a lazy sequence of Columns.
+
+    ``Image(layout, values)`` behaves as the tuple ``tuple(Column(n, t, f, v) ...)`` does (length,
+    iteration, indexing -- a slice gives a tuple --, ``==`` with that tuple or another Image, ``hash``,
+    ordering, pickling), but costs one object instead of one per column; the Columns are built when
+    someone iterates or indexes. :attr:`names`, :attr:`types`, :attr:`flags`, :attr:`values` and
+    :meth:`as_dict` read the parts directly. ``values`` must be a tuple as long as the layout.
+
+    Raises:
+        ValueError: ``values`` is not as long as the layout.
+    """
+
+    __slots__ = ("_layout", "_values")
+
+    def __init__(self, layout: ImageLayout, values: tuple[Any, ...]) -> None:
+        # the decoders' hot path: one object per row image, so no more than a length check
+        if len(values) != len(layout.names):
+            raise ValueError(f"{len(values)} values for a layout of {len(layout.names)} columns")
+        self._layout = layout
+        self._values = values
+
+    @classmethod
+    def from_columns(cls, columns: Sequence[Column]) -> Image:
+        """The Image of a sequence of Columns (or ``(name, type, flags, value)`` tuples)."""
+        names, types, flags, values = image_parts(columns)
+        return cls(ImageLayout(names, types, flags), tuple(values))
+
+    # -- parts ------------------------------------------------------------------------------------------
+
+    @property
+    def layout(self) -> ImageLayout:
+        """The shared names, type codes and flags."""
+        return self._layout
+
+    @property
+    def values(self) -> tuple[Any, ...]:
+        """The column values, in column order."""
+        return self._values
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The column names, in column order."""
+        return self._layout.names
+
+    @property
+    def types(self) -> tuple[int, ...]:
+        """The column type codes, in column order."""
+        return self._layout.types
+
+    @property
+    def flags(self) -> tuple[ColumnFlag, ...]:
+        """The column flags, in column order."""
+        return self._layout.flags
+
+    def as_dict(self) -> dict[str, Any]:
+        """The image as ``{name: value}``."""
+        return dict(zip(self._layout.names, self._values))
+
+    # -- the sequence of Columns --------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __iter__(self) -> Iterator[Column]:
+        layout = self._layout
+        return map(_column_of, zip(layout.names, layout.types, layout.flags, self._values))
+
+    @overload
+    def __getitem__(self, index: int) -> Column: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Column, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Column | tuple[Column, ...]:
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        layout = self._layout
+        return _column_of((layout.names[index], layout.types[index], layout.flags[index], self._values[index]))
+
+    def __contains__(self, item: object) -> bool:
+        return any(c == item for c in self)
+
+    def __reversed__(self) -> Iterator[Column]:
+        return reversed(tuple(self))
+
+    def index(self, value: Any, start: int = 0, stop: int | None = None) -> int:
+        """The position of the first Column equal to ``value`` (as ``tuple.index``).
+
+        Raises:
+            ValueError: no such Column.
+        """
+        return tuple(self).index(value, start, len(self) if stop is None else stop)
+
+    def count(self, value: Any) -> int:
+        """How many Columns equal ``value``."""
+        return tuple(self).count(value)
+
+    # -- value semantics of the tuple of Columns ----------------------------------------------------------
+
+    def _same_layout(self, other: Image) -> bool:
+        return self._layout is other._layout or self._layout == other._layout
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Image):
+            if self._same_layout(other):
+                return self._values == other._values
+            return len(self._values) == len(other._values) and tuple(self) == tuple(other)
+        if isinstance(other, tuple):
+            return len(self._values) == len(other) and tuple(self) == other
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))  # the hash of the equal tuple of Columns
+
+    def _as_tuple(self, other: object) -> tuple[Any, ...] | None:
+        if isinstance(other, Image):
+            return tuple(other)
+        if isinstance(other, tuple):
+            return other
+        return None
+
+    def __lt__(self, other: object) -> bool:
+        o = self._as_tuple(other)
+        return NotImplemented if o is None else tuple(self) < o
+
+    def __le__(self, other: object) -> bool:
+        o = self._as_tuple(other)
+        return NotImplemented if o is None else tuple(self) <= o
+
+    def __gt__(self, other: object) -> bool:
+        o = self._as_tuple(other)
+        return NotImplemented if o is None else tuple(self) > o
+
+    def __ge__(self, other: object) -> bool:
+        o = self._as_tuple(other)
+        return NotImplemented if o is None else tuple(self) >= o
+
+    def __add__(self, other: object) -> tuple[Any, ...]:
+        o = self._as_tuple(other)
+        return NotImplemented if o is None else tuple(self) + o
+
+    def __radd__(self, other: object) -> tuple[Any, ...]:
+        o = self._as_tuple(other)
+        return NotImplemented if o is None else o + tuple(self)
+
+    def __mul__(self, n: int) -> tuple[Column, ...]:
+        return tuple(self) * n
+
+    __rmul__ = __mul__
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Image, (self._layout, self._values))
+
+    def __repr__(self) -> str:
+        return f"Image({tuple(self)!r})"
+
+
+ColumnImage = Union[Image, tuple[Column, ...]]
+"""A row image: an :class:`Image` (decoders) or a plain tuple of :class:`Column` (encoders, tests)."""
+
+
+def image_parts(
+    columns: Sequence[Column],
+) -> tuple[tuple[str, ...], tuple[int, ...], tuple[Any, ...], tuple[Any, ...]]:
+    """``(names, types, flags, values)`` of a row image: O(1) for an :class:`Image`, one pass otherwise.
+
+    Flags are as the image holds them (:class:`ColumnFlag` for an Image; whatever a tuple's Columns
+    carry).
+    """
+    if columns.__class__ is Image:
+        layout = columns.layout  # type: ignore[attr-defined]
+        return layout.names, layout.types, layout.flags, columns.values  # type: ignore[attr-defined]
+    if not columns:
+        return (), (), (), ()
+    names, types, flags, values = zip(*columns)
+    return names, types, flags, values
+
+
+def image_as_dict(columns: Sequence[Column] | None) -> dict[str, Any] | None:
+    """A row image as ``{name: value}`` (``None`` for no image)."""
+    if columns is None:
+        return None
+    if columns.__class__ is Image:
+        return columns.as_dict()  # type: ignore[attr-defined]
+    return {c[0]: c[3] for c in columns}
+
+
 class RowChange(NamedTuple):
     """A row change: the row image after (``columns``) and before (``old``) the change.
 
@@ -214,23 +491,25 @@ class RowChange(NamedTuple):
     schema: str
     table: str
     op: str
-    columns: tuple[Column, ...] | None
-    old: tuple[Column, ...] | None
+    columns: ColumnImage | None
+    old: ColumnImage | None
     source: DecodeContext = NO_CONTEXT
 
     kind = "row"
 
     def new_values(self) -> dict[str, Any] | None:
         """The new image as ``{name: value}``, or ``None``."""
-        return None if self.columns is None else {c.name: c.value for c in self.columns}
+        return image_as_dict(self.columns)
 
     def old_values(self) -> dict[str, Any] | None:
         """The old image as ``{name: value}``, or ``None``."""
-        return None if self.old is None else {c.name: c.value for c in self.old}
+        return image_as_dict(self.old)
 
     def key_columns(self) -> tuple[str, ...]:
         """Names of the handle-key columns, as flagged by the protocol (may be empty)."""
         image = self.columns if self.columns is not None else self.old
+        if image.__class__ is Image:
+            return image.layout.key_names  # type: ignore[union-attr]
         return tuple(c.name for c in image or () if c.is_key)
 
 

@@ -24,9 +24,14 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
-from typing import Any, Mapping, Sequence
+from typing import Annotated, Any, Callable, Mapping, Optional, Sequence, Union
 
 import orjson
+
+try:  # the fast path for row batches; without msgspec every message takes the orjson path
+    import msgspec
+except ImportError:  # pragma: no cover - msgspec is a dependency
+    msgspec = None  # type: ignore[assignment]
 
 from ..errors import DecodeError, EncodeError, FramingError, TruncatedMessageError, UnsupportedVersionError
 from .base import Message
@@ -37,6 +42,8 @@ from .model import (
     DDLEvent,
     DecodeContext,
     Event,
+    Image,
+    ImageLayout,
     Op,
     ResolvedEvent,
     RowChange,
@@ -234,7 +241,12 @@ def _convert(type_code: int, flags: int, legacy: bool, v: Any) -> Any:
     return _text_value(v)
 
 
-def _columns(obj: Any, side: str) -> tuple[Column, ...]:
+def _columns(obj: Any, side: str) -> Image | tuple[()]:
+    """The row image of a "u" / "p" / "d" object (the orjson path): an Image, or ``()`` for no columns.
+
+    Raises:
+        _Bad: not an object of valid columns.
+    """
     if type(obj) is not dict:
         raise _Bad(f'"{side}" must be an object of columns, got {type(obj).__name__}')
     out = []
@@ -258,26 +270,30 @@ def _columns(obj: Any, side: str) -> tuple[Column, ...]:
             value = _convert(t, flags, legacy, col.get("v"))
         except _Bad as exc:
             raise _Bad(f'column {name!r} in "{side}" (type {t}): {exc}') from None
-        out.append(Column(name, t, flags, value))
-    return tuple(out)
+        out.append((name, t, flags, value))
+    if not out:
+        return ()
+    names, types, flags_, values = zip(*out)
+    return Image(ImageLayout(names, types, flags_), values)
 
 
 def _split_entries(data: bytes, start: int, what: str) -> list[bytes]:
-    entries = []
+    entries: list[bytes] = []
+    append = entries.append
+    unpack = _U64.unpack_from
     pos, n = start, len(data)
     while pos < n:
         if n - pos < 8:
             raise TruncatedMessageError(
                 PROTOCOL, f"{what}: expected an 8-byte length at byte {pos}, found {n - pos} bytes"
             )
-        (length,) = _U64.unpack_from(data, pos)
-        pos += 8
-        if length > n - pos:
+        end = pos + 8 + unpack(data, pos)[0]
+        if end > n:
             raise TruncatedMessageError(
-                PROTOCOL, f"{what}: entry at byte {pos - 8} announces {length} bytes, {n - pos} remain"
+                PROTOCOL, f"{what}: entry at byte {pos} announces {end - pos - 8} bytes, {n - pos - 8} remain"
             )
-        entries.append(data[pos : pos + length])
-        pos += length
+        append(data[pos + 8 : end])
+        pos = end
     return entries
 
 
@@ -288,13 +304,150 @@ def _json(raw: bytes, what: str) -> Any:
         raise _Bad(f"{what} is not valid JSON: {exc}") from None
 
 
+# --------------------------------------------------------------------------------------------------
+# Fast path: a batch of row events as TiCDC writes them, parsed by msgspec against their expected shape.
+#
+# msgspec checks the JSON types while it parses: a key {"ts", "scm", "tbl", "t", "ptn"}, a value with
+# "u" / "p" / "d" objects of columns {"t": 0..255, "f": flags, "h": bool, "v": null, number or string}.
+# Every message of another shape (DDL, resolved, legacy columns without "f", unknown fields, BIGINT
+# UNSIGNED beyond 2**63-1, an error of any kind) takes the orjson path, which holds every rule and every
+# error message; so does a value its converter refuses. What the fast path accepts the orjson path decodes
+# to the same events: both take duplicate keys' last value, both check UTF-8 and surrogate escapes, and
+# msgspec's numbers are bounded to what orjson reads alike (64-bit integers, finite floats), which
+# tests/codec/test_open_protocol.py checks by comparing the two paths.
+#
+# A column group's (names, types, flags) is looked up once per batch shape: the image layout and a
+# converter written for it, which turns the "v" values into model values without a per-column dispatch.
+
+_FAST_CACHE_LIMIT = 512
+_GENERATED_MAX_COLUMNS = 255
+
+if msgspec is not None:
+    _I64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+    _F64 = Annotated[float, msgspec.Meta(ge=-1.7976931348623157e308, le=1.7976931348623157e308)]
+
+    # gc=False: the instances hold only parsed JSON, never a reference cycle
+    class _FastKey(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+        """An event key: commit ts, schema, table, event type, physical partition id."""
+
+        ts: Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+        t: int
+        scm: str = ""
+        tbl: str = ""
+        ptn: _I64 = 0
+
+    class _FastColumn(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+        """One column of a row value (with the "f" flags of every TiCDC release since v4.0.x)."""
+
+        t: Annotated[int, msgspec.Meta(ge=0, le=255)]
+        f: Annotated[int, msgspec.Meta(ge=0, le=(1 << 32) - 1)]
+        v: Union[None, _I64, _F64, str] = None
+        h: bool = False
+
+    _Columns = Union[dict[str, _FastColumn], msgspec.UnsetType]
+
+    class _FastRowValue(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+        """A row value: new columns "u", old columns "p", deleted columns "d" (absent: UNSET)."""
+
+        u: _Columns = msgspec.UNSET
+        p: _Columns = msgspec.UNSET
+        d: _Columns = msgspec.UNSET
+
+    _fast_key: Callable[[bytes], Any] | None = msgspec.json.Decoder(_FastKey).decode
+    _fast_value: Callable[[bytes], Any] | None = msgspec.json.Decoder(_FastRowValue).decode
+    _UNSET: Any = msgspec.UNSET
+    _astuple: Callable[[Any], tuple[Any, ...]] = msgspec.structs.astuple  # a column's (t, f, v, h)
+else:  # pragma: no cover
+    _fast_key = _fast_value = None
+    _UNSET = None
+
+_new_tuple = tuple.__new__  # builds a RowChange without its Python-level __new__
+_INSERT, _UPDATE, _DELETE = Op.INSERT, Op.UPDATE, Op.DELETE
+
+# Turns the parsed columns of a group (``_FastColumn``s, in order) into model values, or None when their
+# types and flags are not the ones it was made for.
+_ColumnsConverter = Callable[[tuple[Any, ...]], "tuple[Any, ...] | None"]
+
+
+def _value_expression(i: int, t: int, f: int) -> str:
+    """Source converting ``v<i>`` (the "v" of a column of type ``t`` with flags ``F<i>`` == ``f``)."""
+    generic = f"convert({t}, F{i}, False, v{i})"
+    if t in _INT_TYPES:
+        return f"v{i} if v{i}.__class__ is int or v{i} is None else {generic}"
+    if t in _FLOAT_TYPES:
+        return f"v{i} if v{i}.__class__ is float or v{i} is None else {generic}"
+    if t in BLOB_TYPES or t == TypeCode.NULL or (t in _STRING_TYPES and f & ColumnFlag.BINARY):
+        return generic  # base64, Go-quoted bytes, NULL: no shortcut
+    # text: CHAR/VARCHAR, DECIMAL, dates and times, JSON, ...
+    return f"v{i} if v{i}.__class__ is str or v{i} is None else {generic}"
+
+
+def _compile_converter(types: Sequence[int], flags: Sequence[ColumnFlag]) -> _ColumnsConverter:
+    """The converter of a column group with these types and flags, as generated source.
+
+    One statement per column: check the column's ``t`` and ``f`` (msgspec made them ints), then pass
+    the common value through (an int for an integer type, a float for FLOAT/DOUBLE, a string for text)
+    or hand it to the converter the orjson path uses (:func:`_convert`), so both paths convert alike.
+    Only integers go into the source.
+
+    Raises (from the generated function):
+        _Bad: a value the column type cannot hold.
+    """
+    n = len(types)
+    # the expected (t, f, t, f, ...), compared as one tuple: cheaper than a chain of comparisons
+    expected = tuple(x for t, f in zip(types, flags) for x in (t, int(f)))
+    env: dict[str, Any] = {"convert": _convert, "EXPECTED": expected}
+    cols = "".join(f"c{i}, " for i in range(n))
+    got = "".join(f"c{i}.t, c{i}.f, " for i in range(n))
+    lines = ["def convert_columns(cols):", f"    {cols}= cols", f"    if ({got}) != EXPECTED:", "        return None"]
+    lines += [f"    v{i} = c{i}.v" for i in range(n)]
+    exprs = []
+    for i, (t, f) in enumerate(zip(types, flags)):
+        env[f"F{i}"] = f
+        exprs.append(_value_expression(i, t, int(f)))
+    lines.append("    return (" + "".join(f"{e}, " for e in exprs) + ")")
+    exec("\n".join(lines), env)  # noqa: S102 - source built from integers only
+    return env["convert_columns"]  # type: ignore[no-any-return]
+
+
+def _generic_converter(types: Sequence[int], flags: Sequence[ColumnFlag]) -> _ColumnsConverter:
+    """:func:`_compile_converter` as a loop (for very wide tables)."""
+    pairs = tuple(zip(types, (int(f) for f in flags)))
+    column_flags = tuple(flags)
+
+    def convert_columns(cols: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        if len(cols) != len(pairs) or any(c.t != t or c.f != f for c, (t, f) in zip(cols, pairs)):
+            return None
+        return tuple([_convert(t, fl, False, c.v) for c, (t, _), fl in zip(cols, pairs, column_flags)])
+
+    return convert_columns
+
+
 class OpenProtocolDecoder:
-    """Decodes Open Protocol messages (batches of key/value JSON entries) into events."""
+    """Decodes Open Protocol messages (batches of key/value JSON entries) into events.
+
+    Not thread-safe (one decoder per thread): it remembers the column groups it has met.
+    """
 
     protocol = PROTOCOL
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options = dict(options or {})
+        self._clear_caches()
+
+    def _clear_caches(self) -> None:
+        # (names, types, flags) -> (image layout, converter), and the previous group's names and shape
+        self._shapes: dict[tuple[Any, Any, Any], tuple[ImageLayout, _ColumnsConverter]] = {}
+        self._last_names: Any = None
+        self._last_shape: tuple[ImageLayout, _ColumnsConverter] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # pickled to Spark executors: the caches hold generated functions, which do not pickle
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.options = dict(state["options"])
+        self._clear_caches()
 
     def decode(self, key: bytes | None, value: bytes | None, ctx: DecodeContext) -> list[Event]:
         """All events of one message, in order.
@@ -323,6 +476,10 @@ class OpenProtocolDecoder:
             raise UnsupportedVersionError(PROTOCOL, f"expected protocol version {VERSION}, got {version}")
         keys = _split_entries(key, 8, "key")
         values = _split_entries(bytes(value), 0, "value") if value else []
+        if _fast_key is not None and keys and len(values) == len(keys):
+            fast = self._fast_events(keys, values, ctx)
+            if fast is not None:
+                return fast
         if len(values) != len(keys):
             # A message of resolved events only may come with no value at all (seed 003's log).
             if values or not keys or any(_json(k, "event key").get("t") != _KIND_RESOLVED for k in keys):
@@ -334,6 +491,68 @@ class OpenProtocolDecoder:
         for i, (k, v) in enumerate(zip(keys, values)):
             events.append(self._event(_json(k, f"event key {i}"), v, i, ctx))
         return events
+
+    def _fast_events(self, keys: list[bytes], values: list[bytes], ctx: DecodeContext) -> list[Event] | None:
+        """The events of a batch of row entries msgspec parses (see the comment above ``_FastKey``), or
+        None when the orjson path must decide. Mirrors :meth:`_event` for row events."""
+        events: list[Event] = []
+        append = events.append
+        image = self._fast_image
+        parse_key, parse_value = _fast_key, _fast_value
+        try:
+            for k, v in zip(keys, values):
+                head = parse_key(k)  # type: ignore[misc]
+                body = parse_value(v)  # type: ignore[misc]
+                if head.t != _KIND_ROW:
+                    return None
+                if body.d is not _UNSET:
+                    event = (head.ts, head.scm, head.tbl, _DELETE, None, image(body.d), ctx)
+                elif body.u is _UNSET:
+                    return None
+                elif body.p is _UNSET:
+                    event = (head.ts, head.scm, head.tbl, _INSERT, image(body.u), None, ctx)
+                else:
+                    event = (head.ts, head.scm, head.tbl, _UPDATE, image(body.u), image(body.p), ctx)
+                append(_new_tuple(RowChange, event))
+        except Exception:  # noqa: BLE001 - not of the usual shape, or a value to refuse: the orjson path decides
+            return None
+        return events
+
+    def _fast_image(self, columns: dict[str, Any]) -> Image:
+        """The Image of a column group msgspec parsed.
+
+        Raises:
+            _Bad: a value the column type cannot hold (the orjson path then says which).
+            ValueError: an empty group (the orjson path makes it a plain empty tuple).
+        """
+        names = tuple(columns)
+        cols = tuple(columns.values())
+        shape = self._last_shape
+        if shape is not None and names == self._last_names:
+            values = shape[1](cols)  # None: the same names with other types or flags
+            if values is not None:
+                return Image(shape[0], values)
+        types, flags, _, _ = zip(*map(_astuple, cols))  # ValueError for no columns
+        shape = self._shapes.get((names, types, flags))
+        if shape is None:
+            shape = self._new_shape(names, types, flags)
+        self._last_names, self._last_shape = names, shape
+        return Image(shape[0], shape[1](cols))  # type: ignore[arg-type]
+
+    def _new_shape(
+        self, names: tuple[str, ...], types: tuple[int, ...], flags: tuple[int, ...]
+    ) -> tuple[ImageLayout, _ColumnsConverter]:
+        """The image layout and converter of a column group (cached)."""
+        column_flags = [column_flag(f) for f in flags]
+        if len(names) > _GENERATED_MAX_COLUMNS:
+            converter = _generic_converter(types, column_flags)
+        else:
+            converter = _compile_converter(types, column_flags)
+        shape = (ImageLayout(names, types, column_flags), converter)
+        if len(self._shapes) >= _FAST_CACHE_LIMIT:
+            self._shapes.clear()
+        self._shapes[(names, types, flags)] = shape
+        return shape
 
     def _event(self, k: Any, v: bytes, i: int, ctx: DecodeContext) -> Event:
         if type(k) is not dict:

@@ -46,12 +46,13 @@ class TableChanges:
 
 
 class KeyResolver:
-    """Chooses the merge key of each table: the YAML override, else the columns the protocol flags as
+    """Chooses the merge key of each table: the YAML override, else the columns the image flags as
     handle key (TiCDC's choice of primary or unique key), else primary-key, else unique-key flags, else
-    every column of the image (a table without any key: rows are identified by all their values).
+    the key last flagged for the table, else every column of the image (a table without any key: rows
+    are identified by all their values).
 
-    Once a table's key is known from flags it is remembered, so a later image without flags (e.g. a
-    delete carrying only some columns) still uses the same key.
+    Flags on the image win over what was remembered, so after ADD/DROP PRIMARY KEY the next rows merge
+    on the new key; a later image without flags still uses the last known key.
     """
 
     def __init__(self, overrides: Mapping[tuple[str, str], Sequence[str]] | None = None) -> None:
@@ -60,14 +61,18 @@ class KeyResolver:
 
     def key_columns(self, schema: str, table: str, image: tuple[ColumnTuple, ...]) -> tuple[str, ...]:
         ident = (schema, table)
-        found = self._overrides.get(ident) or self._known.get(ident)
+        found = self._overrides.get(ident)
         if found:
             return found
+        # The image's own flags win: after a key-changing DDL the row events flag the new key.
         for mask in (_HANDLE, _PRIMARY, _UNIQUE):
             names = tuple(c[0] for c in image if c[2] & mask)
             if names:
                 self._known[ident] = names
                 return names
+        known = self._known.get(ident)
+        if known:
+            return known
         return tuple(c[0] for c in image)
 
     def forget(self, schema: str, table: str) -> None:

@@ -2,7 +2,9 @@
 
 A :class:`ChangeRecord` is a row change plus its Kafka coordinates; a :class:`DDLRecord` a DDL plus its
 coordinates. Column images are tuples of ``(name, type code, flags as int, value)`` — plain tuples, so
-they pickle small and fast (``ColumnFlag`` members would be rebuilt one enum call per column).
+they pickle small and fast (``ColumnFlag`` members would be rebuilt one enum call per column). A decoded
+:class:`~ticdc_delta.codec.model.Image` becomes one by zipping its layout with its values, without
+building a Column.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import pickle
 from typing import Any, NamedTuple, Union
 
-from ..codec.model import DDLEvent, RowChange
+from ..codec.model import DDLEvent, Image, RowChange
 
 __all__ = [
     "ColumnTuple",
@@ -24,6 +26,8 @@ __all__ = [
 ]
 
 ColumnTuple = tuple  # (name: str, type_code: int, flags: int, value: Any)
+
+_new_tuple = tuple.__new__
 
 
 class ChangeRecord(NamedTuple):
@@ -69,16 +73,21 @@ Record = Union[ChangeRecord, DDLRecord]
 def _columns(cols: Any) -> tuple[ColumnTuple, ...] | None:
     if cols is None:
         return None
-    return tuple((c.name, int(c.type), int(c.flags), c.value) for c in cols)
+    if cols.__class__ is Image:
+        # the decoders' images: zip the shared layout with the values, no Column is ever built
+        layout = cols.layout
+        return tuple(zip(layout.names, layout.types, layout.int_flags, cols.values))
+    return tuple((c[0], int(c[1]), int(c[2]), c[3]) for c in cols)
 
 
 def record_from_event(event: RowChange | DDLEvent, topic: str, partition: int, offset: int, idx: int) -> Record:
     """The record for a decoded row change or DDL at the given coordinates."""
     if isinstance(event, RowChange):
-        return ChangeRecord(
+        # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs once per row event
+        return _new_tuple(ChangeRecord, (
             event.commit_ts, topic, partition, offset, idx, event.schema, event.table, event.op,
             _columns(event.columns), _columns(event.old),
-        )
+        ))
     return DDLRecord(
         event.commit_ts, topic, partition, offset, idx, event.schema, event.table, event.query, event.ddl_type
     )
@@ -107,5 +116,5 @@ def load_record(data: bytes) -> Record:
 
 
 def image_dict(image: tuple[ColumnTuple, ...] | None) -> dict[str, Any] | None:
-    """A column image as ``{name: value}``."""
+    """A record's column image as ``{name: value}``."""
     return None if image is None else {c[0]: c[3] for c in image}

@@ -19,7 +19,7 @@ import pyarrow as pa
 from ..core.batch_planner import RowsStep
 from ..core.merge import DELETE, TableChanges
 from ..core.records import DDLRecord
-from .arrow_types import TypeParams, arrow_field_for, converter_for, arrow_type_for
+from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, converter_for, widens
 from .sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, TableSink, batch_txn
 
 __all__ = ["TableCatalog", "ApplyResult", "DeltaApplier", "METADATA_COMMIT_TS", "METADATA_OP"]
@@ -147,6 +147,11 @@ class DeltaApplier:
         self._steps[ident] = step + 1
         return batch_txn(self.app_id, batch_id, step)
 
+    def carry_steps(self, old: TableIdent, new: TableIdent) -> None:
+        """A table moved (RENAME TABLE) keeps its Delta log, with this batch's transactions in it: the
+        next commit under the new name must use a later step than any the old name used."""
+        self._steps[new] = max(self._steps.get(new, 0), self._steps.get(old, 0))
+
     def schema_txn(self, batch_id: int) -> Any:
         return batch_txn(self.app_id, batch_id, 0)
 
@@ -215,6 +220,8 @@ class DeltaApplier:
             log.info("added columns %s to %s.%s from row images", [f.name for f in missing], *ident)
             have.update({f.name.lower(): f.name for f in missing})
 
+        self._widen_drifted(ident, existing, col_types, batch_id)
+
         keys = tc.key_columns
         names = list(col_types) if upserts else list(keys)
         images = [{col[0]: col[3] for col in c.image} for c in changes]
@@ -240,6 +247,35 @@ class DeltaApplier:
         n_del = sum(1 for c in changes if c.kind == DELETE)
         last = max((c.commit_ts for c in changes if c.commit_ts is not None), default=None)
         return len(changes) - n_del, n_del, last
+
+
+    def _widen_drifted(
+        self, ident: TableIdent, existing: pa.Schema, col_types: dict[str, tuple[int, int]], batch_id: int
+    ) -> None:
+        """Widen columns whose type the row images say grew without a DDL (Avro: a new schema version
+        with a larger DECIMAL). Narrower or incompatible types keep the table's type (values that do
+        not fit it fail the merge with a clear error)."""
+        want: dict[str, pa.DataType] = {}
+        for f in existing:
+            spec = col_types.get(f.name) or next(
+                (v for k, v in col_types.items() if k.lower() == f.name.lower()), None
+            )
+            if spec is None:
+                continue
+            target = arrow_type_for(spec[0], spec[1], self.catalog.params(ident.schema, ident.table, f.name))
+            if target != f.type and widens(f.type, target):
+                want[f.name] = target
+        if not want:
+            return
+
+        def cast(table: pa.Table) -> pa.Table:
+            for name, target in want.items():
+                i = table.column_names.index(name)
+                table = table.set_column(i, pa.field(name, target), table.column(i).cast(target))
+            return table
+
+        log.info("widening %s of %s.%s from the row images", want, *ident)
+        self.sink.rewrite(ident, cast, self.next_txn(ident, batch_id))
 
 
 def iter_tables(steps: Iterable[RowsStep | DDLRecord]) -> Iterable[tuple[str, str]]:

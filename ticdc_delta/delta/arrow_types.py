@@ -80,6 +80,7 @@ __all__ = [
     "to_arrow_array",
     "canonical_from_delta",
     "source_zone",
+    "widens",
 ]
 
 MAX_DECIMAL_PRECISION = 38
@@ -596,3 +597,21 @@ def _label_to_number(text: str, tc: TypeCode, members: tuple[str, ...] | None) -
             raise SinkError(f"SET label {label!r} is not one of {list(members)}")
         mask |= 1 << members.index(label)
     return mask
+
+
+def widens(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether every value of ``old`` is exactly representable in ``new``."""
+    if pa.types.is_string(new):
+        return not pa.types.is_binary(old)
+    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
+        return new.scale >= old.scale and (new.precision - new.scale) >= (old.precision - old.scale)
+    if pa.types.is_integer(old) and pa.types.is_decimal(new):
+        digits = {8: 3, 16: 5, 32: 10, 64: 19}[old.bit_width]
+        return new.precision - new.scale >= digits
+    if pa.types.is_integer(old) and pa.types.is_integer(new):
+        return new.bit_width >= old.bit_width
+    if pa.types.is_integer(old) and pa.types.is_floating(new):
+        return old.bit_width <= 32
+    if pa.types.is_date(old) and pa.types.is_timestamp(new):
+        return new.tz is None
+    return False

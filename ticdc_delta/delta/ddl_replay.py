@@ -50,7 +50,7 @@ from ..codec.model import INTEGER_TYPES, TypeCode
 from ..core.records import DDLRecord
 from ..errors import DDLPolicyError, SinkError
 from ..schema import ddl as d
-from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, converter_for, source_zone
+from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, converter_for, source_zone, widens
 from .sink import TableIdent
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,9 +93,11 @@ def default_value(col: "d.ColumnDef", commit_ts: int | None, tz: str) -> Any:
     time the column was added. Expression defaults cannot be evaluated here: ``None`` (logged).
     """
     text = col.default
+    tc = col.type.type_code
+    if text is None and not col.nullable:
+        return _zero_value(col)
     if text is None or text.upper() == "NULL":
         return None
-    tc = col.type.type_code
     if text.upper().startswith("CURRENT_TIMESTAMP"):
         if commit_ts is None:
             return None
@@ -125,6 +127,29 @@ def default_value(col: "d.ColumnDef", commit_ts: int | None, tz: str) -> Any:
     if col.type.binary:
         return raw.encode("utf-8")
     return raw
+
+
+def _zero_value(col: "d.ColumnDef") -> Any:
+    """What TiDB shows in existing rows for a NOT NULL column added without a DEFAULT: the type's zero
+    value (``0``, ``''``, the first ENUM member, ...; zero dates, which Delta cannot hold, become null)."""
+    tc = col.type.type_code
+    if tc in INTEGER_TYPES or tc == TypeCode.BIT:
+        return 0
+    if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+        return 0.0
+    if tc == TypeCode.DECIMAL:
+        return "0"
+    if tc == TypeCode.ENUM:
+        return col.type.members[0] if col.type.members else ""
+    if tc == TypeCode.TIME:
+        return "00:00:00"
+    if tc == TypeCode.JSON:
+        return "null"
+    if tc in (TypeCode.DATE, TypeCode.NEWDATE, TypeCode.DATETIME, TypeCode.TIMESTAMP, TypeCode.NULL):
+        return None
+    if col.type.binary:
+        return b""
+    return ""
 
 
 class DDLReplayer:
@@ -197,7 +222,9 @@ class DDLReplayer:
         if isinstance(change, d.RenameTable):
             new = TableIdent(change.new_schema, change.new_table)
             applier.catalog.rename_table(tuple(ident), tuple(new))
-            return bool(sink.move(ident, new))
+            moved = bool(sink.move(ident, new))
+            applier.carry_steps(ident, new)
+            return moved
         existing = sink.table_schema(ident)
         if existing is None:
             # The table has no Delta table yet (created before the changefeed, no rows so far): the
@@ -306,7 +333,7 @@ class DDLReplayer:
         new_type = arrow_type_for(col.type.type_code, col.type.flags, params)
         if old_type == new_type:
             return False
-        if not _widens(old_type, new_type):
+        if not widens(old_type, new_type):
             raise DDLPolicyError(
                 f"modify_column DDL at commit ts {rec.commit_ts} changes {ident.schema}.{ident.table}.{name} from "
                 f"{old_type} to {new_type}, which would lose data; set ddl.modify_column: ignore to keep the "
@@ -331,21 +358,3 @@ def _find(schema: pa.Schema, name: str) -> str | None:
         if f.name.lower() == low:
             return f.name
     return None
-
-
-def _widens(old: pa.DataType, new: pa.DataType) -> bool:
-    """Whether every value of ``old`` is exactly representable in ``new``."""
-    if pa.types.is_string(new):
-        return not pa.types.is_binary(old)
-    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
-        return new.scale >= old.scale and (new.precision - new.scale) >= (old.precision - old.scale)
-    if pa.types.is_integer(old) and pa.types.is_decimal(new):
-        digits = {8: 3, 16: 5, 32: 10, 64: 19}[old.bit_width]
-        return new.precision - new.scale >= digits
-    if pa.types.is_integer(old) and pa.types.is_integer(new):
-        return new.bit_width >= old.bit_width
-    if pa.types.is_integer(old) and pa.types.is_floating(new):
-        return old.bit_width <= 32
-    if pa.types.is_date(old) and pa.types.is_timestamp(new):
-        return new.tz is None
-    return False

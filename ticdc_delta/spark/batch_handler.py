@@ -225,10 +225,13 @@ class BatchHandler:
         from ..codec.avro import AvroSchemas
         from ..delta.arrow_types import TypeParams
 
-        key = tuple(sorted(spec.avro_schemas))
+        # Later schema versions must win. A registry numbers schemas in registration order; local files
+        # are taken in the order the YAML lists them (oldest first, as documented).
+        listed = [int(i) for i in self.cfg.source.avro_schemas if int(i) in spec.avro_schemas]
+        key = tuple(listed + sorted(i for i in spec.avro_schemas if i not in set(listed)))
         if key == self._avro_params_key:
             return
-        params = AvroSchemas(spec.avro_schemas).table_params_for(list(key))  # registry ids grow: oldest first
+        params = AvroSchemas(spec.avro_schemas).table_params_for(list(key))
         for (schema, table), cols in params.items():
             for column, p in cols.items():
                 members = tuple(p["members"]) if p.get("members") else None
