@@ -719,23 +719,7 @@ class DeltaRsSink:
             SinkError: the table is missing.
             ConcurrentCommitError: other writers kept winning.
         """
-        txn = check_txn(txn)
-        path = self._path(ident)
-
-        def attempt() -> bool:
-            dt = self._require(path)
-            if already_applied(dt, txn):
-                return False
-            write_deltalake(
-                dt,
-                _arrow_schema(dt).empty_table(),
-                mode="overwrite",
-                writer_properties=self._writer_properties,
-                commit_properties=commit_properties(*txn),
-            )
-            return True
-
-        return self._run("truncate", path, attempt)
+        return self._overwrite(ident, lambda dt, path: _arrow_schema(dt).empty_table(), txn, "truncate")
 
     def rewrite(self, ident: TableIdent, transform: Callable[[pa.Table], pa.Table], txn: Txn) -> bool:
         """Replace the table's rows *and schema* with ``transform(current rows)`` in one overwrite commit.
@@ -749,6 +733,15 @@ class DeltaRsSink:
             SinkError: the table is missing, or the transform's output cannot be written.
             ConcurrentCommitError: other writers kept winning.
         """
+        def rows(dt: DeltaTable, path: str) -> pa.Table:
+            return transform(read_table(path, storage_options=self._storage_options))
+
+        return self._overwrite(ident, rows, txn, "rewrite")
+
+    def _overwrite(
+        self, ident: TableIdent, rows: Callable[[DeltaTable, str], pa.Table], txn: Txn, action: str
+    ) -> bool:
+        """One overwrite commit (rows and schema) carrying ``txn``, unless it is already committed."""
         txn = check_txn(txn)
         path = self._path(ident)
 
@@ -756,8 +749,7 @@ class DeltaRsSink:
             dt = self._require(path)
             if already_applied(dt, txn):
                 return False
-            current = read_table(path, storage_options=self._storage_options)
-            new = transform(current)
+            new = rows(dt, path)
             parts = [c for c in dt.metadata().partition_columns if c in new.column_names]
             write_deltalake(
                 dt,
@@ -770,7 +762,7 @@ class DeltaRsSink:
             )
             return True
 
-        return self._run("rewrite", path, attempt)
+        return self._run(action, path, attempt)
 
     def move(self, old: TableIdent, new: TableIdent) -> bool:
         """Move a table to the location of another name (RENAME TABLE); ``True`` when it moved.
