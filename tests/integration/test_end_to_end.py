@@ -221,3 +221,20 @@ def test_fail_on_error_stops_before_committing(broker: Any, spark: Any, tmp_path
         run_job(cfg, once=True, spark=spark)
     assert not os.path.exists(cfg.dead_letter_path)
     assert not (tmp_path / "ckpt" / "state").exists()
+
+
+def test_metadata_columns(broker: Any, spark: Any, tmp_path: Path, unique_name: Any) -> None:
+    topic = unique_name("meta")
+    oracle, source = _stream(broker, topic, "canal-json", tmp_path, events=300, seed=13, partitions=2, tables=2)
+    cfg = _config(tmp_path, source, sink={"path": str(tmp_path / "lake"), "metadata_columns": True})
+    run_job(cfg, once=True, spark=spark)
+    _assert_matches(cfg, oracle)  # the oracle's columns are all there, with their values
+    sink = _ConfiguredSink(cfg)
+    for name in oracle.tables:
+        data = sink.read(TableIdent(*name.split(".", 1)))
+        if data.num_rows == 0:
+            continue
+        ts = data.column("_tidb_commit_ts").to_pylist()
+        ops = set(data.column("_tidb_op").to_pylist())
+        assert all(isinstance(t, int) and t > 0 for t in ts)
+        assert ops <= {"insert", "update"} and ops
