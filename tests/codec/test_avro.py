@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -1191,3 +1192,81 @@ def test_fuzz_truncations_and_mutations(data: Any) -> None:
         _decode_or_typed_error(mutated, value)
     else:
         _decode_or_typed_error(key, mutated)
+
+
+# --------------------------------------------------------------------------------------------------
+# The generated readers (the fast path) against fastavro (AvroDecoder._decode_general)
+
+
+def _outcome(decode: Any, key: bytes | None, value: bytes | None) -> str:
+    """What decoding gives, comparable across paths: the events' repr (NaN-safe) or the typed error."""
+    try:
+        return repr(decode(key, value, CTX))
+    except DecodeError as exc:
+        # fastavro's messages may name its BytesIO object by address
+        return re.sub(r" at 0x[0-9a-f]+", "", f"{type(exc).__name__}: {exc}")
+
+
+def _warmed(schemas: AvroSchemas, messages: list[tuple[bytes | None, bytes | None]]) -> AvroDecoder:
+    """A decoder that has read ``messages`` once, so each has its generated reader."""
+    decoder = AvroDecoder({}, schemas=schemas)
+    for key, value in messages:
+        decoder.decode(key, value, CTX)
+        header = (value[:5] + (key or b"")[:5]) if value else (key or b"")[:5]
+        assert header in (decoder._fast if value else decoder._fast_deletes)
+    return decoder
+
+
+_WARMED = _warmed(_SCHEMAS, _MESSAGES)
+
+
+@pytest.mark.parametrize("message", _MESSAGES, ids=lambda m: f"{len(m[0] or b'')}-{len(m[1] or b'')}")
+def test_fast_reader_agrees_with_fastavro_on_the_shared_cases(message: tuple[bytes | None, bytes | None]) -> None:
+    key, value = message
+    fast = _outcome(_WARMED.decode, key, value)
+    assert fast == _outcome(_WARMED._decode_general, key, value)
+    assert not fast.startswith(("DecodeError", "TruncatedMessageError"))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_table_events())
+def test_fast_reader_agrees_with_fastavro_on_random_tables(case: _Case) -> None:
+    events, options, params = case
+    schemas = AvroSchemas()
+    messages = [(m.key, m.value) for m in AvroEncoder(options, schemas=schemas, column_params=params).encode(events)]
+    decoder = _warmed(schemas, messages)
+    for key, value in messages:
+        fast = _outcome(decoder.decode, key, value)
+        assert fast == _outcome(decoder._decode_general, key, value)
+        assert "Error" not in fast
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_fast_reader_gives_fastavros_errors_on_truncated_and_mutated_messages(data: Any) -> None:
+    key, value = data.draw(st.sampled_from(_MESSAGES))
+    part = data.draw(st.sampled_from(["key", "value"] if value else ["key"]))
+    target = key if part == "key" else value
+    assert target is not None
+    if data.draw(st.booleans()):
+        mutated = target[: data.draw(st.integers(5, len(target) - 1))]  # keep the header: the fast path
+    else:
+        pos = data.draw(st.integers(5, len(target) - 1))
+        mutated = target[:pos] + bytes([data.draw(st.integers(0, 255))]) + target[pos + 1 :]
+    key, value = (mutated, value) if part == "key" else (key, mutated)
+    assert _outcome(_WARMED.decode, key, value) == _outcome(_WARMED._decode_general, key, value)
+
+
+@pytest.mark.parametrize(
+    "number", [0, -1, 63, -64, 64, 8191, -8192, 8192, 2**20, -(2**27), 2**55, 2**62, -(2**63), 2**63 - 1]
+)
+def test_fast_reader_reads_every_varint_length(number: int) -> None:
+    column = Column("id", int(T.BIGINT), KEY, number)
+    event = RowChange(7, "db", "t", Op.INSERT, (column,), None)
+    schemas = AvroSchemas()
+    messages = [(m.key, m.value) for m in AvroEncoder(EXT, schemas=schemas).encode([event, event])]
+    decoder = _warmed(schemas, messages[:1])
+    key, value = messages[1]
+    assert key is not None and value is not None
+    (row,) = decoder._fast[value[:5] + key[:5]](key, value, CTX)  # the generated reader itself, no fallback
+    assert isinstance(row, RowChange) and row.columns == (column,) and row.commit_ts == 7

@@ -52,8 +52,8 @@ import io
 import json
 import os
 import re
+import struct
 import zlib
-from itertools import repeat
 from operator import itemgetter
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence, cast
 
@@ -75,6 +75,8 @@ from .model import (
     ColumnFlag,
     DecodeContext,
     Event,
+    Image,
+    ImageLayout,
     Op,
     RowChange,
     TypeCode,
@@ -515,6 +517,7 @@ class _Layout(NamedTuple):
     flags: tuple[ColumnFlag, ...]
     getter: Callable[[dict[str, Any]], Any]  # record -> the field values, in order
     convs: tuple[tuple[int, str, Callable[[Any], Any]], ...]  # (position, field, converter)
+    image: ImageLayout  # names, types and flags, shared by every Image of this layout
 
 
 def _layout(specs: Sequence[_FieldSpec], key_columns: frozenset[str] | None) -> _Layout:
@@ -534,16 +537,26 @@ def _layout(specs: Sequence[_FieldSpec], key_columns: frozenset[str] | None) -> 
     else:
         getter = itemgetter(*fields)
     convs = tuple((i, s.field, s.conv) for i, s in enumerate(specs) if s.conv is not None)
-    return _Layout(tuple(s.column for s in specs), tuple(s.type for s in specs), flags, getter, convs)
+    names, types = tuple(s.column for s in specs), tuple(s.type for s in specs)
+    return _Layout(names, types, flags, getter, convs, ImageLayout(names, types, flags))
 
 
 class _Plan:
     """Everything the decoder needs for one schema id, computed once."""
 
-    __slots__ = ("schema_id", "parsed", "schema", "table", "specs", "layout", "key_layout", "names", "extension")
+    __slots__ = (
+        "schema_id", "parsed", "schema", "table", "specs", "layout", "key_layout", "names", "extension", "wire"
+    )
 
     def __init__(
-        self, schema_id: int, parsed: Any, schema: str, table: str, specs: tuple[_FieldSpec, ...], extension: bool
+        self,
+        schema_id: int,
+        parsed: Any,
+        schema: str,
+        table: str,
+        specs: tuple[_FieldSpec, ...],
+        extension: bool,
+        wire: tuple[tuple[str, str, int | None], ...] | None = None,
     ) -> None:
         self.schema_id = schema_id
         self.parsed = parsed  # fastavro's parsed schema, logical types stripped
@@ -554,6 +567,7 @@ class _Plan:
         self.key_layout = _layout(specs, None)  # read as a key schema: every column is a key column
         self.names = frozenset(s.column for s in specs)
         self.extension = extension
+        self.wire = wire  # (field, Avro primitive, null branch or None) per field, for the fast reader
 
 
 def _param_str(params: Mapping[str, Any], key: str, default: str, where: str) -> str:
@@ -662,7 +676,286 @@ def _compile(schema_id: int, text: str) -> _Plan:
         parsed = parse_schema(_strip_logical_types(doc))
     except Exception as exc:  # noqa: BLE001 - fastavro's SchemaParseException and friends
         raise _Bad(f"fastavro cannot parse it ({_bad_exc(exc)})") from exc
-    return _Plan(schema_id, parsed, schema, table, tuple(specs), extension)
+    return _Plan(schema_id, parsed, schema, table, tuple(specs), extension, _wire_fields(doc["fields"]))
+
+
+# --------------------------------------------------------------------------------------------------
+# The fast reader: Avro binary read by code generated per schema pair
+#
+# fastavro builds a dict per record that the decoder then takes apart; for the usual TiCDC record (flat
+# primitives and unions with null) a function written for the schemas reads the values straight into the
+# Image's tuple. It is only ever a shortcut: it accepts the plainest encodings (canonical union branch
+# bytes, varints of at most 10 bytes, lengths that fit) and raises on anything else, and then the message
+# is read again by fastavro (``AvroDecoder._decode_general``), which raises the typed error or reads what
+# the shortcut declined. So both paths give the same events and the same errors, which a test checks.
+
+_PRIMITIVES = frozenset({"int", "long", "float", "double", "string", "bytes", "boolean"})
+_MAX_GENERATED_FIELDS = 512
+_FAST_READERS_LIMIT = 4096  # (value, key) schema pairs with a reader; a full cache is cleared
+
+
+class _Decline(Exception):
+    """Internal: the fast reader does not read this message; fastavro does."""
+
+
+def _primitive(ftype: Any) -> str | None:
+    if isinstance(ftype, dict):
+        ftype = ftype.get("type")
+    return ftype if isinstance(ftype, str) and ftype in _PRIMITIVES else None
+
+
+def _wire_fields(fields: list[Any]) -> tuple[tuple[str, str, int | None], ...] | None:
+    """``(field, primitive, null branch)`` per field of a record, or ``None`` if one is not a primitive or
+    a union of null and a primitive (the fast reader reads nothing else)."""
+    out = []
+    for field in fields:
+        ftype = field.get("type")
+        null_branch = None
+        if isinstance(ftype, list):
+            if len(ftype) != 2 or "null" not in ftype:
+                return None
+            null_branch = ftype.index("null")
+            ftype = ftype[1 - null_branch]
+        kind = _primitive(ftype)
+        if kind is None or len(out) >= _MAX_GENERATED_FIELDS:
+            return None
+        out.append((field["name"], kind, null_branch))
+    return tuple(out)
+
+
+_M64 = (1 << 64) - 1
+
+
+_UNPACK_U64 = struct.Struct("<Q").unpack_from
+_HIGH_BITS = 0x8080808080808080
+_LOW_BITS = 0x7F7F7F7F7F7F7F7F
+
+
+def _read_varint(data: bytes, p: int) -> tuple[int, int]:
+    """A zigzag varint at ``p`` (whose first two bytes have the continuation bit) and the position after it.
+
+    Raises:
+        _Decline: more than 10 bytes. IndexError: the data ends first.
+    """
+    b = data[p + 2]  # IndexError: the data ends first
+    if b < 0x80:  # three bytes (the generated code reads one and two itself)
+        n = (data[p] - 0x80) | (data[p + 1] - 0x80) << 7 | b << 14
+        return (n >> 1) ^ -(n & 1), p + 3
+    # up to 9 bytes at once: the 7-bit groups of 8 little-endian bytes packed together in three steps
+    try:
+        (x,) = _UNPACK_U64(data, p)
+    except struct.error:
+        return _read_varint_bytewise(data, p)
+    stop = ~x & _HIGH_BITS  # the high bit of each byte that ends a varint
+    if stop:
+        low = stop & -stop
+        x &= (low - 1) & _LOW_BITS
+        end = p + (low.bit_length() >> 3)
+        top = 0
+    else:
+        top = data[p + 8]
+        if top >= 0x80:
+            return _read_varint_bytewise(data, p)
+        x &= _LOW_BITS
+        end = p + 9
+    x = (x & 0x007F007F007F007F) | ((x >> 1) & 0x3F803F803F803F80)
+    x = (x & 0x00003FFF00003FFF) | ((x >> 2) & 0x0FFFC0000FFFC000)
+    n = (x & 0x0FFFFFFF) | ((x >> 4) & 0x00FFFFFFF0000000) | top << 56
+    return (n >> 1) ^ -(n & 1), end
+
+
+def _read_varint_bytewise(data: bytes, p: int) -> tuple[int, int]:
+    """:func:`_read_varint` a byte at a time (near the end of the data, or 10 bytes).
+
+    fastavro reads a long into 64 unsigned bits: a 10th byte's high bits are dropped, as here.
+
+    Raises:
+        _Decline: more than 10 bytes. IndexError: the data ends first.
+    """
+    n = data[p] & 0x7F
+    shift = 7
+    while True:
+        p += 1
+        b = data[p]
+        n |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise _Decline
+    n &= _M64
+    return (n >> 1) ^ -(n & 1), p + 1
+
+
+def _read_length(data: bytes, p: int) -> tuple[int, int]:
+    """A bytes/string length at ``p`` that is not a one-byte varint of a length, and the position after.
+
+    Raises:
+        _Decline: a negative length, or a varint :func:`_read_varint` declines. IndexError: the data
+            ends first.
+    """
+    b = data[p]
+    if b < 0x80:  # a negative one-byte length
+        raise _Decline
+    c = data[p + 1]
+    if c < 0x80:
+        n = b - 0x80 | c << 7
+        n, p = (n >> 1) ^ -(n & 1), p + 2
+    else:
+        n, p = _read_varint(data, p)
+    if n < 0:
+        raise _Decline
+    return n, p
+
+
+# zigzag value of a one-byte varint (None: the continuation bit is set); bytes/string length of a one-byte
+# varint (-1: negative or more bytes)
+_SKIP_VARINT = re.compile(rb"[\x80-\xff]{1,9}[\x00-\x7f]").match
+_ZIGZAG = tuple((b >> 1) ^ -(b & 1) if b < 0x80 else None for b in range(256))
+_LENGTH = tuple(b >> 1 if b < 0x80 and not b & 1 else -1 for b in range(256))
+
+
+def _field_source(kind: str, null_branch: int | None, target: str | None, conv: str | None) -> list[str]:
+    """Lines (indented by 4) reading one field at ``data[p]`` into ``target`` (``None``: read and drop)."""
+    t = target or "_"
+    if kind in ("int", "long"):
+        if target is None and conv is None:
+            # a varint of 1..10 bytes, value dropped (fastavro reads one of more bytes too: declined)
+            body = ["if data[p] < 128:", "    p += 1", "else:", "    p = SKIP(data, p).end()"]
+        else:
+            body = [
+                "b = data[p]",
+                "if b < 128:",
+                f"    {t} = Z[b]",
+                "    p += 1",
+                "else:",
+                "    c = data[p + 1]",
+                "    if c < 128:",  # two bytes
+                "        n = b - 128 | c << 7",
+                f"        {t} = n >> 1 ^ -(n & 1)",
+                "        p += 2",
+                "    else:",
+                f"        {t}, p = RV(data, p)",
+            ]
+    elif kind in ("float", "double"):
+        size, unpack = (4, "UF") if kind == "float" else (8, "UD")
+        body = [f"{t}, = {unpack}(data, p)", f"p += {size}"]
+    elif kind in ("string", "bytes"):
+        decode = ".decode()" if kind == "string" and conv != "RAW" else ""
+        body = [
+            "n = L[data[p]]",
+            "if n < 0:",
+            "    n, p = RN(data, p)",
+            "else:",
+            "    p += 1",
+            # a length beyond the end leaves p past it: the record's end check declines
+            f"{t} = data[p:(p := p + n)]{decode}",
+        ]
+        if conv == "RAW":
+            conv = None
+    else:  # boolean: fastavro reads any nonzero byte as True; only 0 and 1 are taken here
+        body = [f"{t} = data[p]", f"if {t} > 1:", "    raise DECLINE", f"{t} = {t} == 1", "p += 1"]
+    if conv is not None:
+        body.append(f"{t} = {conv}({t})")
+    if null_branch is None:
+        return body
+    value_byte, null_byte = (2, 0) if null_branch == 0 else (0, 2)  # branch index as a zigzag varint
+    lines = ["u = data[p]", f"if u == {value_byte}:", "    p += 1"]
+    lines += ["    " + line for line in body]
+    lines += [f"elif u == {null_byte}:", "    p += 1"]
+    if target is not None:
+        lines.append(f"    {target} = None")
+    lines += ["else:", "    raise DECLINE"]
+    return lines
+
+
+def _record_source(plan: _Plan, data: str, targets: Mapping[str, tuple[str, str | None]]) -> list[str] | None:
+    """Lines reading one whole record of ``plan`` from the bytes ``data``; ``targets`` maps a field to its
+    variable and converter (fields not in it are read and dropped). ``None``: not readable this way."""
+    if plan.wire is None:
+        return None
+    lines = [f"data = {data}", f"p = {_HEADER}"]
+    for field, kind, null_branch in plan.wire:
+        target, conv = targets.get(field, (None, None))
+        lines += _field_source(kind, null_branch, target, conv)
+    lines += ["if p != len(data):", "    raise DECLINE"]
+    return lines
+
+
+def _column_targets(plan: _Plan, env: dict[str, Any]) -> tuple[dict[str, tuple[str, str | None]], str]:
+    """Variables (and converters, bound in ``env``) for the columns of ``plan``; the values tuple source."""
+    targets: dict[str, tuple[str, str | None]] = {}
+    for i, spec in enumerate(plan.specs):
+        conv = None
+        if spec.conv is not None:
+            conv = f"C{i}"
+            env[conv] = spec.conv
+        targets[spec.field] = (f"v{i}", conv)
+    return targets, "(" + "".join(f"v{i}, " for i in range(len(plan.specs))) + ")"
+
+
+def _generated(name: str, params: str, lines: list[str], env: dict[str, Any]) -> Callable[..., list[Event]]:
+    env.update(
+        DECLINE=_Decline, Z=_ZIGZAG, SKIP=_SKIP_VARINT, L=_LENGTH, RV=_read_varint, RN=_read_length,
+        UF=struct.Struct("<f").unpack_from, UD=struct.Struct("<d").unpack_from,
+        NEW=tuple.__new__, RowChange=RowChange, Image=Image,
+    )
+    source = "\n".join([f"def {name}({params}):", *("    " + line for line in lines)])
+    # the source holds only field positions and byte constants; names and converters are in ``env``
+    exec(compile(source, f"<avro {name}>", "exec"), env)  # noqa: S102
+    return env[name]  # type: ignore[no-any-return]
+
+
+def _row_reader(vplan: _Plan, kplan: _Plan | None, layout: _Layout) -> Callable[..., list[Event]] | None:
+    """``read(key, value, ctx) -> [RowChange]`` for an insert/update of these schemas, or ``None``.
+
+    ``layout`` is the value's layout with the key columns flagged. It raises :class:`_Decline` (or
+    whatever reading garbage trips) where the message needs fastavro's reading.
+    """
+    env: dict[str, Any] = {"LAYOUT": layout.image, "SCHEMA": vplan.schema, "TABLE": vplan.table}
+    targets, values = _column_targets(vplan, env)
+    if vplan.extension:
+        targets[_OP] = ("op", "RAW")  # compared as bytes: b"c" and b"u" are valid UTF-8 either way
+        targets[_COMMIT_TS] = ("ts", None)
+    lines = _record_source(vplan, "value", targets)
+    if lines is None:
+        return None
+    if kplan is not None:
+        key_lines = _record_source(kplan, "key", {})
+        if key_lines is None:
+            return None
+        lines += key_lines
+    if vplan.extension:
+        env.update(INSERT=Op.INSERT, UPDATE=Op.UPDATE, U64=_U64_RANGE)
+        lines += [
+            'if op == b"c":',
+            "    op = INSERT",
+            'elif op == b"u":',
+            "    op = UPDATE",
+            "else:",
+            "    raise DECLINE",
+            "if ts < 0:",
+            "    ts += U64",  # int64(commitTs): see _wrap_u64
+        ]
+    else:
+        env.update(op=Op.INSERT)
+        lines += ["ts = None"]
+    lines.append(f"return [NEW(RowChange, (ts, SCHEMA, TABLE, op, Image(LAYOUT, {values}), None, ctx))]")
+    return _generated("read_row", "key, value, ctx", lines, env)
+
+
+def _delete_reader(kplan: _Plan) -> Callable[..., list[Event]] | None:
+    """``read(key, value, ctx) -> [RowChange]`` for a delete (key, tombstone) of this key schema, or
+    ``None``."""
+    env: dict[str, Any] = {
+        "LAYOUT": kplan.key_layout.image, "SCHEMA": kplan.schema, "TABLE": kplan.table, "DELETE": Op.DELETE,
+    }
+    targets, values = _column_targets(kplan, env)
+    lines = _record_source(kplan, "key", targets)
+    if lines is None:
+        return None
+    lines.append(f"return [NEW(RowChange, (None, SCHEMA, TABLE, DELETE, None, Image(LAYOUT, {values}), ctx))]")
+    return _generated("read_delete", "key, value, ctx", lines, env)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -793,6 +1086,10 @@ class AvroDecoder:
         self._plans: dict[int, _Plan] = {}
         self._broken: dict[int, str] = {}
         self._joined: dict[tuple[int, int], _Layout] = {}
+        # generated readers by the messages' headers (value header + key header, or key header alone for
+        # a delete); a header met for the first time is read by fastavro, then gets a reader
+        self._fast: dict[bytes, Callable[..., list[Event]]] = {}
+        self._fast_deletes: dict[bytes, Callable[..., list[Event]]] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
         # ships to Spark executors as options + schemas; the per-schema caches are rebuilt there
@@ -891,6 +1188,9 @@ class AvroDecoder:
     def decode(self, key: bytes | None, value: bytes | None, ctx: DecodeContext) -> list[Event]:
         """The one row change of a message (a list, per the decoder contract).
 
+        Messages of schemas seen before are read by code generated for them (see :func:`_row_reader`);
+        whatever that code declines, and every error, comes from reading with fastavro.
+
         Raises:
             FramingError: a key or value without the magic byte.
             TruncatedMessageError: shorter than the header, or a record that ends early.
@@ -898,6 +1198,38 @@ class AvroDecoder:
             DecodeError: invalid Avro, trailing bytes, a key/value mismatch, a bad extension field.
             TransientError: the schema registry failed (registry-backed schemas only).
         """
+        if value:
+            reader = self._fast.get(value[:_HEADER] + key[:_HEADER] if key else value[:_HEADER])
+        else:
+            reader = self._fast_deletes.get(key[:_HEADER]) if key else None
+        if reader is not None:
+            try:
+                return reader(key, value, ctx)
+            except Exception:  # noqa: BLE001, S110 - declined or invalid: fastavro reads it, raising the typed error
+                pass
+            return self._decode_general(key, value, ctx)
+        events = self._decode_general(key, value, ctx)
+        self._learn(key, value)
+        return events
+
+    def _learn(self, key: bytes | None, value: bytes | None) -> None:
+        """Generate the reader for the schemas of a message that fastavro just read."""
+        kplan = self._plans[int.from_bytes(key[1:_HEADER], "big")] if key else None
+        if value:
+            vplan = self._plans[int.from_bytes(value[1:_HEADER], "big")]
+            layout = vplan.layout if kplan is None else self._joined[(vplan.schema_id, kplan.schema_id)]
+            cache, header = self._fast, value[:_HEADER] + (key[:_HEADER] if key else b"")
+            reader = _row_reader(vplan, kplan, layout)
+        else:
+            cache, header = self._fast_deletes, key[:_HEADER]  # type: ignore[index]
+            reader = _delete_reader(kplan)  # type: ignore[arg-type]
+        if reader is not None:
+            if len(cache) >= _FAST_READERS_LIMIT:
+                cache.clear()
+            cache[header] = reader
+
+    def _decode_general(self, key: bytes | None, value: bytes | None, ctx: DecodeContext) -> list[Event]:
+        """:meth:`decode` by fastavro: the reference for the generated readers, and their errors."""
         if not value:  # None or b"": TiCDC writes a delete as the key and an empty value (tombstone)
             return [self._delete(key, ctx)]
         vplan = self._plan(value, ctx, "value")
@@ -938,7 +1270,7 @@ class AvroDecoder:
         return RowChange(None, kplan.schema, kplan.table, Op.DELETE, None, old, ctx)
 
     @staticmethod
-    def _columns(layout: _Layout, record: dict[str, Any], ctx: DecodeContext, part: str) -> tuple[Column, ...]:
+    def _columns(layout: _Layout, record: dict[str, Any], ctx: DecodeContext, part: str) -> Image:
         values = layout.getter(record)
         if layout.convs:
             values = list(values)
@@ -949,10 +1281,7 @@ class AvroDecoder:
                         values[i] = conv(v)
                     except _Bad as exc:
                         raise DecodeError(PROTOCOL, f"{part}: field {field}: {exc}", *ctx) from exc
-        # tuple.__new__(Column, (name, type, flags, value)) is what Column(...) does, minus the
-        # Python-level __new__: the columns are built in C
-        columns = tuple(map(_tuple_new, repeat(Column), zip(layout.names, layout.types, layout.flags, values)))
-        return cast("tuple[Column, ...]", columns)
+        return Image(layout.image, tuple(values))
 
 
 _tuple_new = tuple.__new__
