@@ -24,7 +24,7 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
-from typing import Annotated, Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Annotated, Any, Callable, Mapping, Sequence, Union
 
 import orjson
 

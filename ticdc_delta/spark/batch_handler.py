@@ -33,7 +33,7 @@ from ..core.records import dump_record, load_record
 from ..delta.applier import ApplyResult, DeltaApplier, TableCatalog, TableOptions
 from ..delta.sink import DeltaRsSink, TableIdent, batch_txn
 from ..delta.state_store import PipelineState, StateStore
-from ..errors import BrokerUnavailableError, DecodeError, TerminalError, TicdcDeltaError
+from ..errors import BrokerUnavailableError, DecodeError, TerminalError
 from .decode import DECODED_SCHEMA, DecoderSpec, make_decode_fn
 
 __all__ = ["BatchHandler", "protocol_mode", "InjectedFault", "FAULT_ENV", "tso_physical_ms"]

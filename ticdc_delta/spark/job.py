@@ -9,11 +9,9 @@ mode: Python streaming sources ignore ``trigger(availableNow=True)``, so it is
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any
 
 from ..config import JobConfig
-from ..errors import TerminalError, TicdcDeltaError, TransientError
 from .batch_handler import BatchHandler
 
 __all__ = ["run_job", "build_handler", "spark_for"]
