@@ -1,0 +1,75 @@
+"""The ``decode`` CLI contract, for every protocol (in-process, no Spark)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ticdc_delta.cli import main
+from ticdc_delta.codec import encoder_for
+
+from .codec import cases
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict], str]:
+    rc = main(["decode", *args])
+    out, err = capsys.readouterr()
+    return rc, [json.loads(line) for line in out.splitlines()], err
+
+
+@pytest.mark.parametrize("protocol, options", [
+    ("open-protocol", {}),
+    ("craft", {}),
+    ("canal-json", {"enable-tidb-extension": "true"}),
+])
+def test_decode_prints_one_json_object_per_event(protocol: str, options: dict, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    (msg,) = encoder_for(protocol, {**options, "max-batch-size": "8"} if protocol != "canal-json" else options) \
+        .encode([cases.UPDATE])
+    (tmp_path / "v").write_bytes(msg.value or b"")
+    args = ["--protocol", protocol, "--value-file", str(tmp_path / "v")]
+    if msg.key is not None:
+        (tmp_path / "k").write_bytes(msg.key)
+        args += ["--key-file", str(tmp_path / "k")]
+    for name, value in options.items():
+        args += ["--option", f"{name}={value}"]
+    rc, objs, err = _run(capsys, *args)
+    assert rc == 0, err
+    (obj,) = objs
+    assert obj["kind"] == "row" and obj["op"] == "update" and obj["commit_ts"] == cases.TS2
+    assert obj["columns"]["c_bigint_u"] == 9223372036854775808
+    assert obj["old"]["c_bigint_u"] == 18446744073709551615  # exact JSON integer
+    assert obj["columns"]["c_varbinary"] == {"base64": ""}
+    assert obj["old"]["c_binary"] == {"base64": "iVBORw0KGgo="}
+    assert obj["columns"]["c_decimal"] == "-0.0000001" and obj["columns"]["c_null"] is None
+
+
+def test_decode_avro_with_local_schema_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ticdc_delta.codec.avro import AvroEncoder, AvroSchemas
+
+    schemas = AvroSchemas()
+    enc = AvroEncoder({"enable-tidb-extension": "true"}, schemas=schemas)
+    row = cases.INSERT._replace(columns=tuple(c for c in cases.INSERT.columns if c.name not in ("c_enum", "c_set")))
+    (msg,) = enc.encode([row])
+    args = ["--protocol", "avro", "--option", "enable-tidb-extension=true"]
+    for sid in sorted(schemas.known_ids):
+        path = tmp_path / f"{sid}.avsc"
+        path.write_text(schemas.get(sid))
+        args += ["--avro-schema", f"{sid}={path}"]
+    (tmp_path / "k").write_bytes(msg.key or b"")
+    (tmp_path / "v").write_bytes(msg.value or b"")
+    rc, objs, err = _run(capsys, *args, "--key-file", str(tmp_path / "k"), "--value-file", str(tmp_path / "v"))
+    assert rc == 0, err
+    assert objs[0]["op"] == "insert" and objs[0]["commit_ts"] == cases.TS1
+    assert objs[0]["columns"]["c_bigint_u"] == 18446744073709551615
+
+
+def test_decode_errors_are_one_line_and_non_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "v").write_bytes(b"\x07garbage")
+    rc, objs, err = _run(capsys, "--protocol", "avro", "--value-file", str(tmp_path / "v"))
+    assert rc != 0 and not objs
+    assert err.count("\n") == 1 and "expected magic byte 0" in err
+    rc, _, err = _run(capsys, "--protocol", "canal-json", "--value-file", str(tmp_path / "v"))
+    assert rc != 0 and err.startswith("error: canal-json")
