@@ -15,15 +15,26 @@ from fastavro import parse_schema, schemaless_reader
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ticdc_delta.codec import avro as avro_module
 from ticdc_delta.codec import decoder_for, encoder_for
-from ticdc_delta.codec.avro import AvroDecoder, AvroEncoder, AvroSchemas, sanitize_name, table_params
+from ticdc_delta.codec.avro import (
+    AvroDecoder,
+    AvroEncoder,
+    AvroSchemas,
+    sanitize_name,
+    table_params,
+)
 from ticdc_delta.codec.model import (
     TEXT_OR_BINARY_TYPES,
     Column,
-    ColumnFlag as F,
     DecodeContext,
     Op,
     RowChange,
+)
+from ticdc_delta.codec.model import (
+    ColumnFlag as F,
+)
+from ticdc_delta.codec.model import (
     TypeCode as T,
 )
 from ticdc_delta.errors import (
@@ -1270,3 +1281,66 @@ def test_fast_reader_reads_every_varint_length(number: int) -> None:
     assert key is not None and value is not None
     (row,) = decoder._fast[value[:5] + key[:5]](key, value, CTX)  # the generated reader itself, no fallback
     assert isinstance(row, RowChange) and row.columns == (column,) and row.commit_ts == 7
+
+
+@pytest.mark.parametrize(
+    "commit_ts", [0, 1, 63, 64, 8191, 8192, 2**20, 446_000_000_000_000_000, 2**62 - 2**14]
+)
+def test_fast_reader_reads_every_commit_ts_length_through_its_memo(commit_ts: int) -> None:
+    column = Column("id", int(T.BIGINT), KEY, 5)
+    events = [RowChange(commit_ts + d, "db", "t", Op.INSERT, (column,), None) for d in (0, 0, 1, 2**13)]
+    schemas = AvroSchemas()
+    messages = [(m.key, m.value) for m in AvroEncoder(EXT, schemas=schemas).encode(events)]
+    decoder = _warmed(schemas, messages[:1])
+    for (key, value), event in zip(messages, events):
+        assert key is not None and value is not None
+        # the generated reader itself, no fallback: the first read fills the memo, the next hit it
+        (row,) = decoder._fast[value[:5] + key[:5]](key, value, CTX)
+        assert row.commit_ts == event.commit_ts
+        assert _outcome(decoder.decode, key, value) == _outcome(decoder._decode_general, key, value)
+
+
+@pytest.mark.parametrize("commit_ts", [2**62, 2**63 - 1, 2**63, 2**64 - 2**62 - 1])
+def test_fast_reader_declines_a_commit_ts_of_ten_bytes(commit_ts: int) -> None:
+    # 9 varint bytes hold 63 bits: a zigzagged int64(commit ts) of 2**62 or more takes 10, read by fastavro
+    event = RowChange(commit_ts, "db", "t", Op.INSERT, (Column("id", int(T.BIGINT), KEY, 5),), None)
+    schemas = AvroSchemas()
+    messages = [(m.key, m.value) for m in AvroEncoder(EXT, schemas=schemas).encode([event, event])]
+    decoder = _warmed(schemas, messages[:1])
+    key, value = messages[1]
+    assert key is not None and value is not None
+    with pytest.raises(avro_module._Decline):
+        decoder._fast[value[:5] + key[:5]](key, value, CTX)
+    (row,) = decoder.decode(key, value, CTX)
+    assert row.commit_ts == commit_ts
+
+
+def _inline_decimal(scale: int) -> Any:
+    """The generated reader's DECIMAL lines as a function of the bytes."""
+    lines = avro_module._decimal_source("v", scale)
+    env: dict[str, Any] = {"DECLINE": avro_module._Decline, "FB": int.from_bytes}
+    exec("def read(v):\n" + "\n".join("    " + line for line in [*lines, "return v"]), env)  # noqa: S102
+    return env["read"]
+
+
+@pytest.mark.parametrize("scale", [0, 1, 2, 3, 5, 10, 18, 30])
+def test_inline_decimal_text_equals_format_unscaled(scale: int) -> None:
+    read = _inline_decimal(scale)
+    values = {0, 1, -1, 9, -9, 10, -10, 99, 100, -100, 12345, -12345, 2**63, -(2**63), 10**65 - 1, -(10**65 - 1)}
+    values |= {sign * 10**e + d for e in range(0, 40, 3) for d in (-1, 0, 1) for sign in (1, -1)}
+    for unscaled in sorted(values):
+        raw = unscaled.to_bytes(max(1, (unscaled.bit_length() + 8) // 8), "big", signed=True)
+        assert read(raw) == avro_module._format_unscaled(unscaled, scale)
+        assert read(raw) == avro_module._DecimalReader(scale)(raw)
+    for bad in (b"", b"\x01" * 33):
+        with pytest.raises(avro_module._Decline):
+            read(bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-(2**255), 2**255 - 1), st.integers(0, 30))
+def test_inline_decimal_text_equals_format_unscaled_for_any_value(unscaled: int, scale: int) -> None:
+    raw = unscaled.to_bytes(32, "big", signed=True).lstrip(b"\x00" if unscaled >= 0 else b"\xff") or b"\x00"
+    if (raw[0] >= 0x80) != (unscaled < 0):
+        raw = (b"\xff" if unscaled < 0 else b"\x00") + raw
+    assert _inline_decimal(scale)(raw) == avro_module._format_unscaled(unscaled, scale)

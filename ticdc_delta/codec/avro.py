@@ -465,15 +465,21 @@ def _format_unscaled(unscaled: int, scale: int) -> str:
     return f"{sign}{digits[:-scale]}.{digits[-scale:]}"
 
 
-def _decimal_reader(scale: int) -> Callable[[bytes], str]:
-    def read(value: bytes) -> str:
+class _DecimalReader:
+    """A bytes DECIMAL of one scale as TiDB prints it; the generated readers inline it (by :attr:`scale`)."""
+
+    __slots__ = ("scale",)
+
+    def __init__(self, scale: int) -> None:
+        self.scale = int(scale)
+
+    def __call__(self, value: bytes) -> str:
+        """Raises: _Bad: no bytes, or more than a DECIMAL(65) needs."""
         if len(value) > _MAX_DECIMAL_BYTES:
             raise _Bad(f"expected at most {_MAX_DECIMAL_BYTES} bytes for a DECIMAL, got {len(value)}")
         if not value:
             raise _Bad("expected at least 1 byte for a DECIMAL, got 0")
-        return _format_unscaled(int.from_bytes(value, "big", signed=True), scale)
-
-    return read
+        return _format_unscaled(int.from_bytes(value, "big", signed=True), self.scale)
 
 
 # tidb_type -> (type code, flags, {avro type accepted: converter or None})
@@ -608,7 +614,7 @@ def _field_spec(field: Any) -> _FieldSpec | None:
         scale_ok = isinstance(scale, int) and 0 <= scale <= _MAX_DECIMAL_SCALE
         if ftype.get("logicalType") != "decimal" or not scale_ok:
             raise _Bad(f"field {name}: a bytes DECIMAL needs logicalType decimal and a scale 0..30")
-        conv = _decimal_reader(scale)
+        conv = _DecimalReader(scale)
     elif avro_type in accepted:
         conv = accepted[avro_type]
     else:
@@ -815,52 +821,139 @@ _ZIGZAG = tuple((b >> 1) ^ -(b & 1) if b < 0x80 else None for b in range(256))
 _LENGTH = tuple(b >> 1 if b < 0x80 and not b & 1 else -1 for b in range(256))
 
 
-def _field_source(kind: str, null_branch: int | None, target: str | None, conv: str | None) -> list[str]:
-    """Lines (indented by 4) reading one field at ``data[p]`` into ``target`` (``None``: read and drop)."""
+_MEMO_CONV = "MEMO"  # a converter "name" that asks for a long read with its high bytes memoised (commit ts)
+_MEMO_LIMIT = 1024  # high parts remembered per reader; a full memo is cleared
+
+
+def _varint_high(memo: dict[bytes, tuple[int, int]], high: bytes, tail: int) -> tuple[int, int]:
+    """The bits of bytes 2..8 of a varint whose first two bytes continue (``high``: the bytes from its
+    third on), shifted into place, and the varint's length; remembered in ``memo``. TiCDC commit ts are
+    9-byte varints whose high bytes repeat from one event to the next (the rows of a transaction share
+    one), so the generated reader looks them up there. With ``tail``, ``high`` runs to the end of the data
+    and must hold exactly that many more varints (1..10 bytes each, as :data:`_SKIP_VARINT` reads) after
+    this one; the length returned then reaches the end of the data.
+
+    Raises:
+        _Decline: no last byte in ``high``'s first 7 (the data ends first, or a 10-byte varint: fastavro
+            reads it), or not ``tail`` varints after it.
+    """
+    n, shift = 0, 14
+    for i, b in enumerate(high[:7]):
+        n |= (b & 0x7F) << shift
+        if b < 0x80:
+            end = i + 1
+            if tail:
+                for _ in range(tail):
+                    match = _SKIP_VARINT(high, end) if high[end:end + 1] >= b"\x80" else None
+                    end = match.end() if match is not None else end + 1
+                if end != len(high) or high[-1] >= 0x80:
+                    raise _Decline
+            if len(memo) >= _MEMO_LIMIT:
+                memo.clear()
+            memo[high] = entry = (n, end + 2)
+            return entry
+        shift += 7
+    raise _Decline
+
+
+_DECIMAL_CONV = "DECIMAL "  # a converter "name" that asks for the decimal formatting inline, then the scale
+
+
+def _decimal_source(t: str, scale: int) -> list[str]:
+    """Lines turning the bytes DECIMAL in ``t`` into its text: :class:`_DecimalReader` inline, giving
+    exactly :func:`_format_unscaled`'s text (a test compares them); a length it rejects is declined."""
+    lines = [f"if not 0 < len({t}) <= {_MAX_DECIMAL_BYTES}:", "    raise DECLINE", f"x = FB({t}, 'big', signed=True)"]
+    if scale == 0:
+        return lines + [f"{t} = '%d' % x"]
+    # divmod by 10**scale: the integer part, then the fraction zero-padded to scale digits
+    form, unit = f"%d.%0{scale}d", 10**scale
+    return lines + [
+        "if x < 0:", f"    {t} = '-{form}' % divmod(-x, {unit})", "else:", f"    {t} = '{form}' % divmod(x, {unit})"
+    ]
+
+
+def _field_source(
+    kind: str, null_branch: int | None, target: str | None, conv: str | None, tail: int = 0
+) -> list[str]:
+    """Lines (indented by 4) reading one field at ``data[p]`` into ``target`` (``None``: read and drop);
+    with ``tail``, a memoised long followed by that many dropped longs that end the data."""
     t = target or "_"
-    if kind in ("int", "long"):
+    # the bodies read at p + o: o = 1 past a union's branch byte (saves a ``p += 1``), except the memo's
+    o = 1 if null_branch is not None and conv != _MEMO_CONV else 0
+
+    def at(k: int) -> str:
+        return f"p + {k + o}" if k + o else "p"
+
+    if kind == "long" and conv == _MEMO_CONV:
+        # a one- or two-byte value: the dropped longs after it are read here (the memo has them otherwise)
+        skip = [line for _ in range(tail) for line in _field_source("long", None, None, None)]
+        body = [
+            "b = data[p]",
+            "if b < 128:",
+            f"    {t} = Z[b]",
+            "    p += 1",
+            *("    " + line for line in skip),
+            "else:",
+            "    c = data[p + 1]",
+            "    if c < 128:",
+            "        n = b - 128 | c << 7",
+            f"        {t} = n >> 1 ^ -(n & 1)",
+            "        p += 2",
+            *("        " + line for line in skip),
+            "    else:",  # bytes 2.. from the memo (the low 14 bits change from one event to the next)
+            f"        h = MEMO.get(data[p + 2:{'' if tail else 'p + 9'}])",
+            "        if h is None:",
+            f"            h = HIGH(MEMO, data[p + 2:{'' if tail else 'p + 9'}], {tail})",
+            "        n = b - 128 | (c - 128) << 7 | h[0]",
+            f"        {t} = n >> 1 ^ -(n & 1)",
+            "        p += h[1]",
+        ]
+        conv = None
+    elif kind in ("int", "long"):
         if target is None and conv is None:
             # a varint of 1..10 bytes, value dropped (fastavro reads one of more bytes too: declined)
-            body = ["if data[p] < 128:", "    p += 1", "else:", "    p = SKIP(data, p).end()"]
+            body = [f"if data[{at(0)}] < 128:", f"    p += {o + 1}", "else:", f"    p = SKIP(data, {at(0)}).end()"]
         else:
             body = [
-                "b = data[p]",
+                f"b = data[{at(0)}]",
                 "if b < 128:",
                 f"    {t} = Z[b]",
-                "    p += 1",
+                f"    p += {o + 1}",
                 "else:",
-                "    c = data[p + 1]",
+                f"    c = data[{at(1)}]",
                 "    if c < 128:",  # two bytes
                 "        n = b - 128 | c << 7",
                 f"        {t} = n >> 1 ^ -(n & 1)",
-                "        p += 2",
+                f"        p += {o + 2}",
                 "    else:",
-                f"        {t}, p = RV(data, p)",
+                f"        {t}, p = RV(data, {at(0)})",
             ]
     elif kind in ("float", "double"):
         size, unpack = (4, "UF") if kind == "float" else (8, "UD")
-        body = [f"{t}, = {unpack}(data, p)", f"p += {size}"]
+        body = [f"{t}, = {unpack}(data, {at(0)})", f"p += {size + o}"]
     elif kind in ("string", "bytes"):
         decode = ".decode()" if kind == "string" and conv != "RAW" else ""
         body = [
-            "n = L[data[p]]",
+            f"n = L[data[{at(0)}]]",
             "if n < 0:",
-            "    n, p = RN(data, p)",
+            f"    n, p = RN(data, {at(0)})",
             "else:",
-            "    p += 1",
+            f"    p += {o + 1}",
             # a length beyond the end leaves p past it: the record's end check declines
             f"{t} = data[p:(p := p + n)]{decode}",
         ]
         if conv == "RAW":
             conv = None
     else:  # boolean: fastavro reads any nonzero byte as True; only 0 and 1 are taken here
-        body = [f"{t} = data[p]", f"if {t} > 1:", "    raise DECLINE", f"{t} = {t} == 1", "p += 1"]
-    if conv is not None:
+        body = [f"{t} = data[{at(0)}]", f"if {t} > 1:", "    raise DECLINE", f"{t} = {t} == 1", f"p += {o + 1}"]
+    if conv is not None and conv.startswith(_DECIMAL_CONV):
+        body += _decimal_source(t, int(conv[len(_DECIMAL_CONV):]))
+    elif conv is not None:
         body.append(f"{t} = {conv}({t})")
     if null_branch is None:
         return body
     value_byte, null_byte = (2, 0) if null_branch == 0 else (0, 2)  # branch index as a zigzag varint
-    lines = ["u = data[p]", f"if u == {value_byte}:", "    p += 1"]
+    lines = ["u = data[p]", f"if u == {value_byte}:"] + (["    p += 1"] if o == 0 else [])
     lines += ["    " + line for line in body]
     lines += [f"elif u == {null_byte}:", "    p += 1"]
     if target is not None:
@@ -875,8 +968,15 @@ def _record_source(plan: _Plan, data: str, targets: Mapping[str, tuple[str, str 
     if plan.wire is None:
         return None
     lines = [f"data = {data}", f"p = {_HEADER}"]
-    for field, kind, null_branch in plan.wire:
+    for i, (field, kind, null_branch) in enumerate(plan.wire):
         target, conv = targets.get(field, (None, None))
+        rest = plan.wire[i + 1:]
+        if conv == _MEMO_CONV and null_branch is None and all(
+            k in ("int", "long") and nb is None and f not in targets for f, k, nb in rest
+        ):
+            # the memo's key takes the dropped longs after it too (TiCDC: _tidb_commit_physical_time)
+            lines += _field_source(kind, null_branch, target, conv, tail=len(rest))
+            break
         lines += _field_source(kind, null_branch, target, conv)
     lines += ["if p != len(data):", "    raise DECLINE"]
     return lines
@@ -887,18 +987,28 @@ def _column_targets(plan: _Plan, env: dict[str, Any]) -> tuple[dict[str, tuple[s
     targets: dict[str, tuple[str, str | None]] = {}
     for i, spec in enumerate(plan.specs):
         conv = None
-        if spec.conv is not None:
+        if isinstance(spec.conv, _DecimalReader):
+            conv = f"{_DECIMAL_CONV}{spec.conv.scale}"
+        elif spec.conv is not None:
             conv = f"C{i}"
             env[conv] = spec.conv
         targets[spec.field] = (f"v{i}", conv)
     return targets, "(" + "".join(f"v{i}, " for i in range(len(plan.specs))) + ")"
 
 
+_new_object = object.__new__
+_set_layout = Image._layout.__set__  # type: ignore[attr-defined]
+_set_values = Image._values.__set__  # type: ignore[attr-defined]
+# ``Image(layout, values)`` without its length check and Python-level ``__init__`` (about 40 % of an
+# Image's cost), for values the generated readers build from that very layout
+_IMAGE_SOURCE = ["image = ONEW(Image)", "SETL(image, LAYOUT)", "SETV(image, {values})"]
+
+
 def _generated(name: str, params: str, lines: list[str], env: dict[str, Any]) -> Callable[..., list[Event]]:
     env.update(
-        DECLINE=_Decline, Z=_ZIGZAG, SKIP=_SKIP_VARINT, L=_LENGTH, RV=_read_varint, RN=_read_length,
+        DECLINE=_Decline, FB=int.from_bytes, Z=_ZIGZAG, SKIP=_SKIP_VARINT, L=_LENGTH, RV=_read_varint, RN=_read_length,
         UF=struct.Struct("<f").unpack_from, UD=struct.Struct("<d").unpack_from,
-        NEW=tuple.__new__, RowChange=RowChange, Image=Image,
+        NEW=tuple.__new__, RowChange=RowChange, Image=Image, ONEW=_new_object, SETL=_set_layout, SETV=_set_values,
     )
     source = "\n".join([f"def {name}({params}):", *("    " + line for line in lines)])
     # the source holds only field positions and byte constants; names and converters are in ``env``
@@ -916,7 +1026,8 @@ def _row_reader(vplan: _Plan, kplan: _Plan | None, layout: _Layout) -> Callable[
     targets, values = _column_targets(vplan, env)
     if vplan.extension:
         targets[_OP] = ("op", "RAW")  # compared as bytes: b"c" and b"u" are valid UTF-8 either way
-        targets[_COMMIT_TS] = ("ts", None)
+        targets[_COMMIT_TS] = ("ts", _MEMO_CONV)
+        env.update(MEMO={}, HIGH=_varint_high)
     lines = _record_source(vplan, "value", targets)
     if lines is None:
         return None
@@ -940,7 +1051,8 @@ def _row_reader(vplan: _Plan, kplan: _Plan | None, layout: _Layout) -> Callable[
     else:
         env.update(op=Op.INSERT)
         lines += ["ts = None"]
-    lines.append(f"return [NEW(RowChange, (ts, SCHEMA, TABLE, op, Image(LAYOUT, {values}), None, ctx))]")
+    lines += [line.format(values=values) for line in _IMAGE_SOURCE]
+    lines.append("return [NEW(RowChange, (ts, SCHEMA, TABLE, op, image, None, ctx))]")
     return _generated("read_row", "key, value, ctx", lines, env)
 
 
@@ -954,7 +1066,8 @@ def _delete_reader(kplan: _Plan) -> Callable[..., list[Event]] | None:
     lines = _record_source(kplan, "key", targets)
     if lines is None:
         return None
-    lines.append(f"return [NEW(RowChange, (None, SCHEMA, TABLE, DELETE, None, Image(LAYOUT, {values}), ctx))]")
+    lines += [line.format(values=values) for line in _IMAGE_SOURCE]
+    lines.append("return [NEW(RowChange, (None, SCHEMA, TABLE, DELETE, None, image, ctx))]")
     return _generated("read_delete", "key, value, ctx", lines, env)
 
 
