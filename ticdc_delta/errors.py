@@ -9,9 +9,11 @@ follows that split (see :mod:`ticdc_delta.cli`).
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
 
 __all__ = [
+    "preview",
     "TicdcDeltaError",
     "TransientError",
     "TerminalError",
@@ -20,6 +22,10 @@ __all__ = [
     "TruncatedMessageError",
     "UnsupportedVersionError",
     "SchemaNotFoundError",
+    "CompressionError",
+    "LargeMessageError",
+    "HandleKeyOnlyError",
+    "ClaimCheckError",
     "EncodeError",
     "ConfigError",
     "BrokerUnavailableError",
@@ -28,6 +34,49 @@ __all__ = [
     "DDLPolicyError",
     "SinkError",
 ]
+
+
+PREVIEW_LIMIT = 200
+"""How many characters (or bytes) of an offending value an error message quotes."""
+
+_containers = reprlib.Repr()
+_containers.maxlevel = 3
+_containers.maxdict = _containers.maxlist = _containers.maxtuple = _containers.maxset = 8
+_containers.maxstring = _containers.maxother = 60
+
+
+def preview(value: Any, limit: int = PREVIEW_LIMIT) -> str:
+    """``repr(value)`` for an error message: at most about ``limit`` characters, never raising.
+
+    A long string or bytes value is cut after ``limit`` characters (bytes) and says how long it was
+    (``'aaa…'… (10485760 bytes)``); a nested list or dict is shown a few levels and items deep (a
+    message nested 100,000 levels deep would make ``repr`` raise RecursionError). The dead-letter
+    table keeps the full bytes; errors only point at them.
+    """
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+        if len(data) <= limit:
+            return repr(data)
+        return f"{data[:limit]!r}… ({len(data)} bytes)"
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        size = len(value.encode("utf-8", "surrogatepass"))
+        return f"{value[:limit]!r}… ({size} bytes)"
+    try:
+        text = _containers.repr(value)
+    except Exception:  # noqa: BLE001 - a value whose repr fails still gets a message
+        text = f"<{type(value).__name__}>"
+    if len(text) > limit:
+        text = f"{text[:limit]}… ({type(value).__name__})"
+    return text
+
+
+def _capped(text: str, limit: int = 4 * PREVIEW_LIMIT) -> str:
+    """An error reason cut to ``limit`` characters (what a decoder wrote stays readable in one line)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text)} characters)"
 
 
 class TicdcDeltaError(Exception):
@@ -64,7 +113,7 @@ class DecodeError(TerminalError):
         offset: int | None = None,
     ) -> None:
         self.protocol = protocol
-        self.reason = reason
+        self.reason = _capped(str(reason))
         self.topic = topic
         self.partition = partition
         self.offset = offset
@@ -98,6 +147,28 @@ class UnsupportedVersionError(DecodeError):
 
 class SchemaNotFoundError(DecodeError):
     """An Avro message refers to a schema id that neither the registry nor the local files know."""
+
+
+class CompressionError(DecodeError):
+    """A value that does not decompress with the changefeed's ``large-message-handle-compression``."""
+
+
+class LargeMessageError(DecodeError):
+    """A TiCDC large-message reference (``large-message-handle-option``) whose full row is not in Kafka.
+
+    Never applied as a row: it goes to the dead-letter table, or stops the job under
+    ``dead_letter.fail_on_error``.
+    """
+
+
+class HandleKeyOnlyError(LargeMessageError):
+    """A ``handle-key-only`` message: only the handle key of a row too large for Kafka was sent; the rest
+    of the row exists only in the upstream TiDB."""
+
+
+class ClaimCheckError(LargeMessageError):
+    """A ``claim-check`` message whose stored row could not be read: no ``claim-check-storage-uri``
+    configured, the object is missing or unreadable, or it is not a valid claim-check message."""
 
 
 class EncodeError(TerminalError):

@@ -14,7 +14,14 @@ from ticdc_delta.codec import decoder_for, encoder_for, open_protocol as open_pr
 from ticdc_delta.codec.json_output import event_to_json_object
 from ticdc_delta.codec.model import DecodeContext, DDLEvent, ResolvedEvent, RowChange
 from ticdc_delta.codec.open_protocol import go_quote, go_unquote
-from ticdc_delta.errors import DecodeError, FramingError, TruncatedMessageError, UnsupportedVersionError
+from ticdc_delta.errors import (
+    ClaimCheckError,
+    DecodeError,
+    FramingError,
+    HandleKeyOnlyError,
+    TruncatedMessageError,
+    UnsupportedVersionError,
+)
 
 from . import cases
 
@@ -478,3 +485,85 @@ def test_decoder_pickles_after_use() -> None:
     copy = pickle.loads(pickle.dumps(decoder))
     assert copy.options == decoder.options and copy._last_shape is None
     assert copy.decode(key, value, CTX) == events
+
+
+# --- large-message handling (issue 10): never a row holding only its key ---------------------------
+
+_LARGE_VALUES = {
+    "insert": b'{"u":{"id":{"t":3,"h":true,"f":11,"v":7}}}',
+    "update": b'{"u":{"id":{"t":3,"h":true,"f":11,"v":7}},"p":{"id":{"t":3,"h":true,"f":11,"v":7}}}',
+}
+
+
+@pytest.mark.parametrize("op", sorted(_LARGE_VALUES))
+def test_handle_key_only_row_is_refused(op: str) -> None:
+    """TiCDC's messageKey carries "ohk": true when only the handle key columns were sent."""
+    key = frame_key(b'{"ts":9,"scm":"s","tbl":"t","t":1,"ohk":true}')
+    with pytest.raises(HandleKeyOnlyError, match=r"tidb-cdc\[1\]@42: row 0 of s\.t .*handle-key-only"):
+        decode(key, frame_value(_LARGE_VALUES[op]))
+
+
+def test_handle_key_only_delete_is_a_delete_by_key() -> None:
+    key = frame_key(b'{"ts":9,"scm":"s","tbl":"t","t":1,"ohk":true}')
+    (event,) = decode(key, frame_value(b'{"d":{"id":{"t":3,"h":true,"f":11,"v":7}}}'))
+    assert event.op == "delete" and event.old_values() == {"id": 7}
+
+
+def test_handle_key_only_row_in_a_batch_refuses_the_message() -> None:
+    ok = b'{"ts":8,"scm":"s","tbl":"t","t":1}'
+    key = frame_key(ok, b'{"ts":9,"scm":"s","tbl":"t","t":1,"ohk":true}')
+    with pytest.raises(HandleKeyOnlyError, match="row 1 of s.t at commit ts 9"):
+        decode(key, frame_value(_LARGE_VALUES["insert"], _LARGE_VALUES["insert"]))
+
+
+def test_claim_check_reference_without_storage_is_refused() -> None:
+    key = frame_key(b'{"ts":9,"scm":"s","tbl":"t","t":1,"ccl":"s3://bucket/cc/s-t-9-abc.json"}')
+    with pytest.raises(ClaimCheckError, match=r"claim-check.*s-t-9-abc\.json.*claim-check-storage-uri"):
+        decode(key, frame_value(_LARGE_VALUES["insert"]))
+
+
+def test_bad_large_message_flags_are_decode_errors() -> None:
+    key = frame_key(b'{"ts":9,"scm":"s","tbl":"t","t":1,"ohk":"yes"}')
+    with pytest.raises(DecodeError, match='"ohk" a boolean'):
+        decode(key, frame_value(_LARGE_VALUES["insert"]))
+
+
+# --- hostile input (issue 7) -----------------------------------------------------------------------
+
+def test_deeply_nested_json_is_a_decode_error() -> None:
+    """repr() of a 1000-deep list raised RecursionError from inside an error message."""
+    for field in (b"ts", b"t"):
+        nested = b"[" * 1000 + b"]" * 1000
+        entry = b'{"ts":1,"scm":"s","tbl":"t","t":1}'.replace(b'"%s":1' % field, b'"%s":%s' % (field, nested))
+        with pytest.raises(DecodeError, match=r"\[\[\["):
+            decode(frame_key(entry), frame_value(_LARGE_VALUES["insert"]))
+    ddl = b'{"q":"create table t (a int)","t":' + b"[" * 1000 + b"]" * 1000 + b"}"
+    with pytest.raises(DecodeError, match="non-integer type"):
+        decode(frame_key(b'{"ts":1,"scm":"s","tbl":"t","t":2}'), frame_value(ddl))
+
+
+def test_error_messages_cap_what_they_quote() -> None:
+    big = "x" * 5_000_000
+    entry = orjson.dumps({"ts": big, "scm": "s", "tbl": "t", "t": 1})
+    with pytest.raises(DecodeError) as info:
+        decode(frame_key(entry), frame_value(_LARGE_VALUES["insert"]))
+    message = str(info.value)
+    assert len(message) < 1000 and "… (5000000 bytes)" in message
+
+
+@pytest.mark.parametrize(
+    "literal, type_code, expected",
+    [
+        (b"18446744073709551616", 8, 18446744073709551616),
+        (b"-9223372036854775809", 8, -9223372036854775809),
+        (b"123456789012345678901234567890123456789", 8, 123456789012345678901234567890123456789),
+        (b"123456789012345678901234567890", 246, "123456789012345678901234567890"),
+        (b"18446744073709551615", 8, 18446744073709551615),
+        (b"1.25", 246, "1.25"),
+    ],
+)
+def test_integers_keep_exact_precision_at_any_size(literal: bytes, type_code: int, expected: object) -> None:
+    value = b'{"u":{"c":{"t":%d,"f":0,"v":%s}}}' % (type_code, literal)
+    (event,) = decode(frame_key(ROW_KEY), frame_value(value))
+    assert event.new_values() == {"c": expected}
+    assert type(event.new_values()["c"]) is type(expected)

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
+import re
 import struct
 from typing import Annotated, Any, Callable, Mapping, Sequence, Union
 
@@ -33,7 +35,16 @@ try:  # the fast path for row batches; without msgspec every message takes the o
 except ImportError:  # pragma: no cover - msgspec is a dependency
     msgspec = None  # type: ignore[assignment]
 
-from ..errors import DecodeError, EncodeError, FramingError, TruncatedMessageError, UnsupportedVersionError
+from ..errors import (
+    ClaimCheckError,
+    DecodeError,
+    EncodeError,
+    FramingError,
+    HandleKeyOnlyError,
+    TruncatedMessageError,
+    UnsupportedVersionError,
+    preview,
+)
 from .base import Message
 from .model import (
     BLOB_TYPES,
@@ -297,10 +308,22 @@ def _split_entries(data: bytes, start: int, what: str) -> list[bytes]:
     return entries
 
 
+# orjson reads integers outside [-2**63, 2**64) as floats (18446744073709551616 -> 1.8446744073709552e19),
+# losing digits; a DECIMAL(65,0) or a BIGINT UNSIGNED sent as a JSON number can be that large. An entry
+# with a run of 19+ digits is read again by the standard library, which keeps every integer exact.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+
+
 def _json(raw: bytes, what: str) -> Any:
     try:
-        return orjson.loads(raw)
+        parsed = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        raise _Bad(f"{what} is not valid JSON: {exc}") from None
+    if _LONG_DIGITS.search(raw) is None:
+        return parsed
+    try:  # orjson accepted it, so it is valid JSON; only the numbers differ
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # pragma: no cover - orjson accepted the same bytes
         raise _Bad(f"{what} is not valid JSON: {exc}") from None
 
 
@@ -559,13 +582,18 @@ class OpenProtocolDecoder:
             raise _Bad(f"event key {i} must be a JSON object")
         ts = k.get("ts")
         if type(ts) is not int or not 0 <= ts < 1 << 64:
-            raise _Bad(f"event key {i} has no valid commit ts \"ts\": {ts!r}")
+            raise _Bad(f"event key {i} has no valid commit ts \"ts\": {preview(ts)}")
         kind = k.get("t")
         if kind == _KIND_RESOLVED:
             return ResolvedEvent(ts, ctx)
         schema, table = k.get("scm", ""), k.get("tbl", "")
         if type(schema) is not str or type(table) is not str:
             raise _Bad(f"event key {i}: \"scm\" and \"tbl\" must be strings")
+        if kind == _KIND_ROW and ("ccl" in k or "ohk" in k):
+            # TiCDC's large-message handling writes these flags in the event key (messageKey.OnlyHandleKey
+            # "ohk", messageKey.ClaimCheckLocation "ccl"); the value then holds only the handle key
+            # columns, which must never be applied as if they were the row.
+            self._large_message(k, v, i, schema, table, ts)
         if kind == _KIND_ROW:
             body = _json(v, f"row value {i}")
             if type(body) is not dict:
@@ -584,9 +612,48 @@ class OpenProtocolDecoder:
                 raise _Bad(f'DDL value {i} must be an object with a string "q"')
             ddl_type = body.get("t")
             if ddl_type is not None and type(ddl_type) is not int:
-                raise _Bad(f'DDL value {i} has a non-integer type "t": {ddl_type!r}')
+                raise _Bad(f'DDL value {i} has a non-integer type "t": {preview(ddl_type)}')
             return DDLEvent(ts, schema, table, body["q"], ddl_type, ctx)
-        raise _Bad(f"event key {i} has unknown event type \"t\": {kind!r}")
+        raise _Bad(f"event key {i} has unknown event type \"t\": {preview(kind)}")
+
+    def _large_message(self, k: dict[str, Any], v: bytes, i: int, schema: str, table: str, ts: int) -> None:
+        """Refuse a row entry that TiCDC's large-message handling reduced to its handle key.
+
+        A handle-key-only DELETE passes: deleting by the handle key is the whole change (TiCDC's
+        ``delete-only-output-handle-key-columns`` and old-value-off deletes look the same).
+
+        Raises:
+            ClaimCheckError: a claim-check reference (``"ccl"``).
+            HandleKeyOnlyError: a handle-key-only row (``"ohk": true``).
+            _Bad: the flags are of the wrong JSON type.
+        """
+        where = f"row {i} of {schema}.{table} at commit ts {ts}"
+        ccl, ohk = k.get("ccl", ""), k.get("ohk", False)
+        if type(ccl) is not str or type(ohk) is not bool:
+            raise _Bad(f'event key {i}: "ccl" must be a string and "ohk" a boolean, got {preview(ccl)}, {preview(ohk)}')
+        if ccl:
+            raise ClaimCheckError(
+                PROTOCOL,
+                f"{where} is a claim-check reference (large-message-handle-option=claim-check): the row is "
+                f"stored at {preview(ccl)}; set the source option claim-check-storage-uri to the "
+                "changefeed's so that the job reads it from there",
+            )
+        if ohk and not _is_delete_value(v):
+            raise HandleKeyOnlyError(
+                PROTOCOL,
+                f"{where} carries only its handle key (large-message-handle-option=handle-key-only): the rest "
+                "of the row exists only in the upstream TiDB, which this job does not query; change the "
+                "changefeed to large-message-handle-option=claim-check (or raise max-message-bytes)",
+            )
+
+
+def _is_delete_value(v: bytes) -> bool:
+    """Whether a row value is a delete (``{"d": ...}`` without ``"u"``); False for anything unreadable."""
+    try:
+        body = orjson.loads(v)
+    except orjson.JSONDecodeError:
+        return False
+    return type(body) is dict and "d" in body and "u" not in body
 
 
 # --------------------------------------------------------------------------------------------------
