@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ticdc_delta.cli import main
 from ticdc_delta.codec import encoder_for
@@ -73,3 +75,46 @@ def test_decode_errors_are_one_line_and_non_zero(tmp_path: Path, capsys: pytest.
     assert err.count("\n") == 1 and "expected magic byte 0" in err
     rc, _, err = _run(capsys, "--protocol", "canal-json", "--value-file", str(tmp_path / "v"))
     assert rc != 0 and err.startswith("error: canal-json")
+
+
+def _valid_message(protocol: str) -> tuple[bytes | None, bytes]:
+    options = {"max-batch-size": "8"} if protocol in ("open-protocol", "craft") else {}
+    msgs = encoder_for(protocol, options).encode(cases.ROW_EVENTS)
+    return msgs[0].key, msgs[0].value or b""
+
+
+_NESTED = b"[" * 1000 + b"]" * 1000
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), protocol=st.sampled_from(["open-protocol", "craft", "canal-json"]))
+def test_fuzz_decode_cli_only_typed_errors(data: st.DataObject, protocol: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Mutated, truncated and deeply nested messages: the CLI prints events or one error line, never a
+    traceback (an untyped exception would escape main() and fail the test)."""
+    key, value = _valid_message(protocol)
+    mode = data.draw(st.sampled_from(["mutate", "truncate", "nest"]))
+    buf = bytearray(value)
+    if mode == "truncate":
+        buf = buf[: data.draw(st.integers(0, len(buf)))]
+    elif mode == "mutate" and buf:
+        for _ in range(data.draw(st.integers(1, 4))):
+            buf[data.draw(st.integers(0, len(buf) - 1))] = data.draw(st.integers(0, 255))
+    elif mode == "nest":
+        at = data.draw(st.integers(0, len(buf)))
+        buf = buf[:at] + _NESTED + buf[at:]
+    with tempfile.TemporaryDirectory() as tmp:
+        args = ["--protocol", protocol, "--value-file", str(Path(tmp) / "v")]
+        (Path(tmp) / "v").write_bytes(bytes(buf))
+        if key is not None:
+            (Path(tmp) / "k").write_bytes(key)
+            args += ["--key-file", str(Path(tmp) / "k")]
+        rc = main(["decode", *args])
+    out, err = capsys.readouterr()
+    if rc == 0:
+        assert not err
+        for line in out.splitlines():
+            json.loads(line)
+    else:
+        assert rc == 1 and not out
+        assert err.startswith(f"error: {protocol}") and err.count("\n") == 1 and len(err) < 2000

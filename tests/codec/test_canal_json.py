@@ -47,7 +47,14 @@ from ticdc_delta.codec.model import (
     TypeCode as T,
     is_binary_column,
 )
-from ticdc_delta.errors import DecodeError, EncodeError, FramingError, TruncatedMessageError
+from ticdc_delta.errors import (
+    ClaimCheckError,
+    DecodeError,
+    EncodeError,
+    FramingError,
+    HandleKeyOnlyError,
+    TruncatedMessageError,
+)
 
 from . import cases
 
@@ -625,7 +632,8 @@ DECODE_ERRORS: list[tuple[str, bytes | None, dict[str, str], type[DecodeError], 
                                                    "data": [{"c_char": "x", "c_varchar": "y", "c_enum": "a"}]}),
      {}, DecodeError, "'c_enum' must be an unsigned integer, got 'a'"),
     ("claim check on a DML", with_changes(_tidb={"commitTs": 5, "claimCheckLocation": "s3://b/x"}), EXT,
-     DecodeError, "claim-check message: the row is stored at 's3://b/x'"),
+     ClaimCheckError, r"claim-check message \(large-message-handle-option=claim-check\): the row is stored at "
+     r"'s3://b/x'; set the source option claim-check-storage-uri"),
     ("float garbage", with_data({}, mysqlType={"id": "double"}, data=[{"id": "1.5.5"}]), {},
      DecodeError, "must be a number"),
     ("old not array", orjson.dumps({**UPDATE_MSG, "old": {"id": "2"}}), {}, DecodeError,
@@ -650,9 +658,15 @@ DECODE_ERRORS: list[tuple[str, bytes | None, dict[str, str], type[DecodeError], 
     ("watermark no _tidb", with_changes(type="TIDB_WATERMARK", _tidb=...), EXT, DecodeError, "needs the object _tidb"),
     ("watermark bad ts", with_changes(type="TIDB_WATERMARK", _tidb={"watermarkTs": 1.5}), EXT, DecodeError,
      "watermarkTs must be an unsigned"),
-    ("claim check", b'{"_tidb":{"claimCheckLocation":"s3://bucket/x"}}', EXT, DecodeError, "claim-check message"),
-    ("handle key only", with_changes(_tidb={"commitTs": 5, "onlyHandleKey": True}), EXT, DecodeError,
-     "only the handle key"),
+    ("claim check", b'{"_tidb":{"claimCheckLocation":"s3://bucket/x"}}', EXT, ClaimCheckError, "claim-check message"),
+    ("handle key only", with_changes(_tidb={"commitTs": 5, "onlyHandleKey": True}), EXT, HandleKeyOnlyError,
+     "only the handle key .*handle-key-only"),
+    ("deep commitTs", b'{"isDdl":false,"type":"INSERT","_tidb":{"commitTs":' + b"[" * 1000 + b"]" * 1000 + b"}}",
+     EXT, DecodeError, r"commitTs must be an unsigned 64-bit integer, got \[\[\["),
+    ("deep type", b'{"isDdl":false,"type":' + b"[" * 1000 + b"]" * 1000 + b"}", EXT, DecodeError,
+     "type must be a string"),
+    ("deep watermark", b'{"isDdl":false,"type":"TIDB_WATERMARK","_tidb":{"watermarkTs":' + b"[" * 1000
+     + b"]" * 1000 + b"}}", EXT, DecodeError, r"watermarkTs must be an unsigned 64-bit integer, got \[\[\["),
     ("second row's old", orjson.dumps({**orjson.loads(golden("canal_multi_row_update.json")),
                                        "old": [{}, {"c_int": "x"}]}), {}, DecodeError,
      r"old\[1\] column 'c_int' must be an integer, got 'x'"),
@@ -1096,3 +1110,16 @@ def test_fast_path_agrees_on_replaced_json_values(value: bytes, data: st.DataObj
             break
         node = child
     assert_paths_agree(orjson.dumps(msg), options)
+
+
+def test_error_messages_cap_what_they_quote() -> None:
+    """A 5 MB value is quoted by its first 200 characters and its size; the dead-letter row keeps it all."""
+    big = "9" * 100 + "x" * 5_000_000
+    msg = {**orjson.loads(golden("seed_insert_tp_int.json")), "mysqlType": {"id": "int"}, "data": [{"id": big}]}
+    with pytest.raises(DecodeError, match=r"column 'id' must be an integer, got '9+x+'… \(5000100 bytes\)") as info:
+        decode(orjson.dumps(msg), {})
+    assert len(str(info.value)) < 1000
+    kind = {**orjson.loads(golden("seed_insert_tp_int.json")), "type": "Y" * 1_000_000}
+    with pytest.raises(DecodeError, match=r"… \(1000000 bytes\)") as info:
+        decode(orjson.dumps(kind), {})
+    assert len(str(info.value)) < 1000

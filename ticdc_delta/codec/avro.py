@@ -68,6 +68,7 @@ from ..errors import (
     SchemaNotFoundError,
     TransientError,
     TruncatedMessageError,
+    preview,
 )
 from .base import Message, parse_bool_option
 from .model import (
@@ -579,7 +580,7 @@ class _Plan:
 def _param_str(params: Mapping[str, Any], key: str, default: str, where: str) -> str:
     value = params.get(key, default)
     if not isinstance(value, str) or not value:
-        raise _Bad(f"{where}: connect.parameters {key} must be a non-empty string, got {value!r}")
+        raise _Bad(f"{where}: connect.parameters {key} must be a non-empty string, got {preview(value)}")
     return value
 
 
@@ -603,7 +604,7 @@ def _field_spec(field: Any) -> _FieldSpec | None:
     tidb_type = params.get("tidb_type")
     entry = _TIDB_TYPES.get(tidb_type) if isinstance(tidb_type, str) else None
     if entry is None:
-        raise _Bad(f"field {name}: unknown tidb_type {tidb_type!r}")
+        raise _Bad(f"field {name}: unknown tidb_type {preview(tidb_type)}")
     code, flags, accepted = entry
     avro_type = ftype.get("type")
     if not isinstance(avro_type, str):
@@ -618,7 +619,7 @@ def _field_spec(field: Any) -> _FieldSpec | None:
     elif avro_type in accepted:
         conv = accepted[avro_type]
     else:
-        raise _Bad(f"field {name}: tidb_type {tidb_type} cannot be Avro {avro_type!r}")
+        raise _Bad(f"field {name}: tidb_type {tidb_type} cannot be Avro {preview(avro_type)}")
     column = _param_str(params, _COLUMN_NAME, name, f"field {name}")
     if nullable:
         flags |= ColumnFlag.NULLABLE
@@ -659,7 +660,7 @@ def _table_names(doc: dict[str, Any]) -> tuple[str, str]:
     schema = record_params.get(_SCHEMA_NAME, namespace.rpartition(".")[2])
     table = _param_str(record_params, _TABLE_NAME, table, "record")
     if not isinstance(schema, str):
-        raise _Bad(f"record: connect.parameters {_SCHEMA_NAME} must be a string, got {schema!r}")
+        raise _Bad(f"record: connect.parameters {_SCHEMA_NAME} must be a string, got {preview(schema)}")
     return schema, table
 
 
@@ -1090,9 +1091,9 @@ def _decimal_params(where: str, ftype: dict[str, Any]) -> dict[str, Any]:
     if precision is not None and (
         type(precision) is not int or not 1 <= precision <= _MAX_DECIMAL_PRECISION
     ):
-        raise _Bad(f"{where}: a DECIMAL precision must be an int in 1..65, got {precision!r}")
+        raise _Bad(f"{where}: a DECIMAL precision must be an int in 1..65, got {preview(precision)}")
     if type(scale) is not int or not 0 <= scale <= min(_MAX_DECIMAL_SCALE, precision or _MAX_DECIMAL_SCALE):
-        raise _Bad(f"{where}: a DECIMAL scale must be an int in 0..30 and at most the precision, got {scale!r}")
+        raise _Bad(f"{where}: a DECIMAL scale must be an int in 0..30 and at most the precision, got {preview(scale)}")
     return {_PRECISION: precision, _SCALE: scale, _MEMBERS: None}
 
 
@@ -1121,7 +1122,7 @@ def _field_params(field: dict[str, Any]) -> dict[str, Any] | None:
     if tidb_type in ("ENUM", "SET") and _ALLOWED in params:
         allowed = params[_ALLOWED]
         if not isinstance(allowed, str):
-            raise _Bad(f"{where}: connect.parameters allowed must be a string, got {allowed!r}")
+            raise _Bad(f"{where}: connect.parameters allowed must be a string, got {preview(allowed)}")
         return {_PRECISION: None, _SCALE: None, _MEMBERS: _split_allowed(allowed)}
     return None
 
@@ -1489,7 +1490,7 @@ def _decimal_unscaled(value: Any, precision: int | None, scale: int | None) -> i
             ``precision`` (``None``: not checked).
     """
     if _decimal_scale(value) != scale and scale is not None:
-        raise _Bad(f"expected {scale} fractional digits, got {value!r}")
+        raise _Bad(f"expected {scale} fractional digits, got {preview(value)}")
     unscaled = int(value.replace(".", ""))
     if precision is not None and abs(unscaled) >= 10**precision:
         declared = f"DECIMAL({precision},{scale})" if scale is not None else f"DECIMAL({precision})"

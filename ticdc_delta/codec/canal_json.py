@@ -57,7 +57,15 @@ try:  # the fast path for row messages; without msgspec every message takes the 
 except ImportError:  # pragma: no cover - msgspec is a dependency
     msgspec = None  # type: ignore[assignment]
 
-from ..errors import DecodeError, EncodeError, FramingError, TruncatedMessageError
+from ..errors import (
+    ClaimCheckError,
+    DecodeError,
+    EncodeError,
+    FramingError,
+    HandleKeyOnlyError,
+    TruncatedMessageError,
+    preview,
+)
 from .base import Message, parse_bool_option
 from .model import (
     BLOB_TYPES,
@@ -501,11 +509,11 @@ class _Layout:
         for name, v in row.items():
             spec = self.specs.get(name)
             if spec is None:
-                return f"{where} column {name!r} has no mysqlType"
+                return f"{where} column {preview(name)} has no mysqlType"
             if v is None:
                 continue
             if not isinstance(v, str):
-                return f"{where} column {name!r} must be a string or null, got {_type_name(v)}"
+                return f"{where} column {preview(name)} must be a string or null, got {_type_name(v)}"
             conv = spec[3]
             if conv is None:
                 continue
@@ -513,9 +521,9 @@ class _Layout:
                 conv(v)
             except (ValueError, TypeError):
                 if conv is _to_bytes:
-                    return f"{where} column {name!r} is binary but has a character above U+00FF"
-                shown = v if len(v) <= 40 else v[:40] + "..."
-                return f"{where} column {name!r} must be {_KIND_NAMES.get(conv, 'a value')}, got {shown!r}"
+                    return f"{where} column {preview(name)} is binary but has a character above U+00FF"
+                kind = _KIND_NAMES.get(conv, "a value")
+                return f"{where} column {preview(name)} must be {kind}, got {preview(v)}"
         return None
 
 
@@ -675,14 +683,14 @@ class CanalJsonDecoder:
             if kind == _WATERMARK:
                 return [self._watermark(msg, ctx)]
             if kind.__class__ is str:
-                raise _error(ctx, f"field type must be INSERT, UPDATE, DELETE or {_WATERMARK}, got {kind!r}")
+                raise _error(ctx, f"field type must be INSERT, UPDATE, DELETE or {_WATERMARK}, got {preview(kind)}")
             raise _error(ctx, f"field type must be a string, got {_type_name(kind)}")
         if is_ddl is True:
             return [self._ddl(msg, ctx)]
         tidb = msg.get("_tidb")
         if tidb.__class__ is dict and "claimCheckLocation" in tidb:
             # TiCDC's large-message claim check: {"_tidb": {"claimCheckLocation": ...}} and nothing else.
-            raise _error(ctx, _claim_check_reason(tidb))
+            raise _error(ctx, _claim_check_reason(tidb), ClaimCheckError)
         raise _error(ctx, f"field isDdl must be a boolean, got {_type_name(is_ddl)}")
 
     # -- DDL / watermark / commit ts ----------------------------------------------------------------------
@@ -705,7 +713,7 @@ class CanalJsonDecoder:
             raise _error(ctx, f"{_WATERMARK} message needs the object _tidb, got {_type_name(tidb)}")
         ts = tidb.get("watermarkTs")
         if ts.__class__ is not int or not 0 <= ts < _U64_LIMIT:
-            raise _error(ctx, f"field _tidb.watermarkTs must be an unsigned 64-bit integer, got {ts!r}")
+            raise _error(ctx, f"field _tidb.watermarkTs must be an unsigned 64-bit integer, got {preview(ts)}")
         return ResolvedEvent(ts, ctx)
 
     def _commit_ts(self, msg: dict[str, Any], ctx: DecodeContext) -> int | None:
@@ -717,13 +725,13 @@ class CanalJsonDecoder:
         if tidb.__class__ is not dict:
             raise _error(ctx, f"field _tidb must be an object, got {_type_name(tidb)}")
         if "claimCheckLocation" in tidb:
-            raise _error(ctx, _claim_check_reason(tidb))
+            raise _error(ctx, _claim_check_reason(tidb), ClaimCheckError)
         ts = tidb.get("commitTs")
         if ts.__class__ is int and 0 <= ts < _U64_LIMIT:
             return ts  # type: ignore[no-any-return]
         if ts is None and not self._extension:
             return None
-        raise _error(ctx, f"field _tidb.commitTs must be an unsigned 64-bit integer, got {ts!r}")
+        raise _error(ctx, f"field _tidb.commitTs must be an unsigned 64-bit integer, got {preview(ts)}")
 
     # -- rows ---------------------------------------------------------------------------------------------
 
@@ -735,7 +743,7 @@ class CanalJsonDecoder:
             raise _error(ctx, "field pkNames must be null or an array of strings")
         for name, text in types.items():
             if text.__class__ is not str:
-                raise _error(ctx, f"mysqlType of column {name!r} must be a string, got {_type_name(text)}")
+                raise _error(ctx, f"mysqlType of column {preview(name)} must be a string, got {_type_name(text)}")
         # Go writes mysqlType from a map: its order changes from message to message, so the key is a set.
         cache_key = (frozenset(types.items()), frozenset(pk) if pk else None)
         layout = self._layouts.get(cache_key)
@@ -842,7 +850,14 @@ class CanalJsonDecoder:
             commit_ts = self._commit_ts(msg, ctx)
             if tidb is not None and tidb.get("onlyHandleKey") is True and op != Op.DELETE:
                 # TiCDC's large-message "handle-key-only" mode: the consumer must re-read the row upstream.
-                raise _error(ctx, f"{op} message carries only the handle key (_tidb.onlyHandleKey), not the row")
+                raise _error(
+                    ctx,
+                    f"{op} message carries only the handle key (_tidb.onlyHandleKey, large-message-handle-option="
+                    "handle-key-only): the rest of the row exists only in the upstream TiDB, which this job does "
+                    "not query; change the changefeed to large-message-handle-option=claim-check (or raise "
+                    "max-message-bytes)",
+                    HandleKeyOnlyError,
+                )
         schema = msg.get("database")
         table = msg.get("table")
         if schema.__class__ is not str or table.__class__ is not str:
@@ -892,7 +907,11 @@ def _error(ctx: DecodeContext, reason: str, cls: type[DecodeError] = DecodeError
 
 def _claim_check_reason(tidb: dict[str, Any]) -> str:
     location = tidb.get("claimCheckLocation")
-    return f"claim-check message: the row is stored at {location!r}, which this decoder does not fetch"
+    return (
+        f"claim-check message (large-message-handle-option=claim-check): the row is stored at "
+        f"{preview(location)}; set the source option claim-check-storage-uri to the changefeed's so that "
+        "the job reads it from there"
+    )
 
 
 def _string_field(msg: dict[str, Any], field: str, ctx: DecodeContext) -> str:
@@ -906,13 +925,13 @@ def _build_layout(types: dict[str, str], pk: list[str] | tuple[()], ctx: DecodeC
     keys = set(pk)
     missing = keys.difference(types)
     if missing:
-        raise _error(ctx, f"pkNames names columns without a mysqlType: {sorted(missing)}")
+        raise _error(ctx, f"pkNames names columns without a mysqlType: {preview(sorted(missing))}")
     specs: dict[str, _Spec] = {}
     for name, text in types.items():
         try:
             tp, flags = parse_mysql_type(text)
         except ValueError as exc:
-            raise _error(ctx, f"mysqlType of column {name!r}: {exc}") from None
+            raise _error(ctx, f"mysqlType of column {preview(name)}: {preview(str(exc))}") from None
         if name in keys:
             flags = column_flag(int(flags) | _KEY_FLAGS)
         specs[name] = (name, int(tp), flags, _converter(tp, flags))
@@ -1076,7 +1095,7 @@ class CanalJsonEncoder:
 
     def _ts(self, ts: Any, what: str) -> int:
         if type(ts) is not int or not 0 <= ts < _U64_LIMIT:
-            raise EncodeError(f"{PROTOCOL}: {what} must be an unsigned 64-bit integer, got {ts!r}")
+            raise EncodeError(f"{PROTOCOL}: {what} must be an unsigned 64-bit integer, got {preview(ts)}")
         return ts
 
     def _tail(self, commit_ts: int | None) -> tuple[str, str]:
