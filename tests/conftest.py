@@ -1,4 +1,4 @@
-"""Shared fixtures: one local Kafka-wire broker and one SparkSession for the whole test run.
+"""Shared fixtures: one local Kafka broker and one SparkSession for the whole test run.
 
 Both start lazily, on the first test that asks for them, so unit tests that need neither stay fast.
 """
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator["LocalBroker"]:
-    """A tansu broker (memory storage) on a free 127.0.0.1 port, stopped at the end of the run."""
+    """A single-node Kafka broker (KRaft) on a free 127.0.0.1 port, stopped at the end of the run."""
     from ticdc_delta.local_broker import LocalBroker
 
     with LocalBroker() as running:

@@ -1,4 +1,4 @@
-"""The local tansu broker: start, produce, read back, stop."""
+"""The local Kafka broker (KRaft, from the Maven-fetched jars): start, produce, read back, stop, restart."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from ticdc_delta.errors import BrokerUnavailableError
-from ticdc_delta.local_broker import LocalBroker, broker_binary, free_port, wait_for_high_watermarks
+from ticdc_delta.errors import ConfigError
+from ticdc_delta.local_broker import LocalBroker, broker_classpath, free_port, wait_for_high_watermarks
 
 pytestmark = pytest.mark.integration
 
@@ -35,9 +37,15 @@ def _read_all(
     return out
 
 
-def test_broker_binary_comes_from_the_wheel() -> None:
-    path = broker_binary()
-    assert os.path.isfile(path) and os.access(path, os.X_OK)
+def test_broker_classpath_is_the_fetched_jars() -> None:
+    classpath = broker_classpath()
+    assert classpath.endswith(os.path.join(".jars", "broker", "*")) or "TICDC_DELTA_JARS" in os.environ
+
+
+def test_missing_broker_jars_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TICDC_DELTA_JARS", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"broker needs its jars in .*broker, found none: run `make install`"):
+        LocalBroker().start()
 
 
 def test_start_produce_read_stop(unique_name: Callable[[str], str]) -> None:
@@ -51,7 +59,6 @@ def test_start_produce_read_stop(unique_name: Callable[[str], str]) -> None:
         messages += [(0, None, None), (1, b"", b""), (2, b"k", None)]
         assert broker.produce_many(topic, messages) == 15
 
-        # one record per produce batch: the high watermarks count every message (tansu bug workaround)
         assert broker.high_watermarks(topic, [0, 1, 2]) == {0: 5, 1: 5, 2: 5}
         seen = wait_for_high_watermarks(broker.bootstrap_servers, {(topic, p): 5 for p in range(3)})
         assert seen == {(topic, p): 5 for p in range(3)}
@@ -66,7 +73,8 @@ def test_start_produce_read_stop(unique_name: Callable[[str], str]) -> None:
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     broker.stop()  # idempotent
-    assert "listening on" in broker.log_tail()
+    assert "Kafka Server started" in broker.log_tail(100)
+    broker.cleanup_logs()
 
 
 def test_start_failure_reports_log_tail() -> None:
@@ -74,10 +82,11 @@ def test_start_failure_reports_log_tail() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        broker = LocalBroker(port=port, start_timeout_s=3)
-        with pytest.raises(BrokerUnavailableError, match=rf"tansu .*127\.0\.0\.1:{port}.*log tail"):
+        broker = LocalBroker(port=port, start_timeout_s=60)
+        with pytest.raises(BrokerUnavailableError, match=rf"Kafka .*127\.0\.0\.1:{port}.*log tail"):
             broker.start()
         assert not broker.running
+        broker.cleanup_logs()
 
 
 def test_wait_for_high_watermarks_times_out(broker: LocalBroker, unique_name: Callable[[str], str]) -> None:
@@ -100,12 +109,37 @@ def test_free_port_is_bindable() -> None:
         sock.bind(("127.0.0.1", port))
 
 
-def test_producer_keeps_one_record_per_batch(broker: LocalBroker, unique_name: Callable[[str], str]) -> None:
+def test_batched_produce_counts_every_record(broker: LocalBroker, unique_name: Callable[[str], str]) -> None:
     topic = unique_name("batch")
     broker.create_topic(topic, partitions=1)
-    # asks for batching; the workaround settings win, so the high watermark counts every record
-    producer = broker.producer(**{"batch.num.messages": 500, "linger.ms": 100, "acks": "all"})
-    for i in range(10):
+    producer = broker.producer(**{"batch.num.messages": 500, "linger.ms": 100})
+    for i in range(1000):
         producer.produce(topic, value=b"x%d" % i, partition=0)
     assert producer.flush(10) == 0
-    assert broker.high_watermarks(topic, [0]) == {0: 10}
+    assert broker.high_watermarks(topic, [0]) == {0: 1000}
+    assert [v for _, _, v in _read_all(broker.bootstrap_servers, topic, 0, 1000)] == [
+        b"x%d" % i for i in range(1000)
+    ]
+
+
+def test_restart_on_the_same_log_directory(unique_name: Callable[[str], str]) -> None:
+    topic = unique_name("restart")
+    broker = LocalBroker()
+    try:
+        broker.start()
+        port, data_dir = broker.port, broker.data_dir
+        broker.create_topic(topic, partitions=2)
+        broker.produce_many(topic, [(i % 2, None, b"a%d" % i) for i in range(10)])
+        broker.stop()
+        assert not broker.running
+        with pytest.raises(BrokerUnavailableError):
+            wait_for_high_watermarks(f"127.0.0.1:{port}", {(topic, 0): 5}, timeout_s=1)
+        broker.start()
+        assert (broker.port, broker.data_dir) == (port, data_dir)
+        broker.produce_many(topic, [(i % 2, None, b"b%d" % i) for i in range(10)])
+        assert broker.high_watermarks(topic, [0, 1]) == {0: 10, 1: 10}
+        got = [v for _, _, v in _read_all(broker.bootstrap_servers, topic, 0, 10)]
+        assert got == [b"a%d" % i for i in range(0, 10, 2)] + [b"b%d" % i for i in range(0, 10, 2)]
+    finally:
+        broker.stop()
+        broker.cleanup_logs()

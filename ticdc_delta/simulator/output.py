@@ -8,9 +8,7 @@ order the simulator produced them: ``{"partition": int, "key_b64": str | null, "
 (``null`` for a missing key or a tombstone value). :func:`read_messages` reads them back.
 
 Kafka (``KafkaSink``): creates the topic with the wanted partition count when it is missing, then
-produces each message to its partition. The producer sends one record per batch
-(``batch.num.messages=1``, ``linger.ms=0``: the local tansu broker reports wrong high watermarks for
-multi-record batches, see :mod:`ticdc_delta.local_broker`) with one request in flight, so a retry can
+produces each message to its partition, batching normally with one request in flight, so a retry can
 never reorder a partition.
 """
 
@@ -156,10 +154,8 @@ class KafkaSink:
             "bootstrap.servers": bootstrap_servers,
             "acks": "all",
             "max.in.flight.requests.per.connection": 1,
+            "linger.ms": 5,
             **(producer_config or {}),
-            # tansu's high-watermark bug (see the module docstring): never more than one record per batch
-            "batch.num.messages": 1,
-            "linger.ms": 0,
         }
         self._producer = Producer(conf)
 
