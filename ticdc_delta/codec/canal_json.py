@@ -67,6 +67,7 @@ from ..errors import (
     preview,
 )
 from .base import Message, parse_bool_option
+from .compression import compress, compression_option, decompress
 from .model import (
     BLOB_TYPES,
     TEXT_OR_BINARY_TYPES,
@@ -611,9 +612,11 @@ class CanalJsonDecoder:
         """A decoder for the sink-uri ``options`` the stream was written with.
 
         Raises:
-            ValueError: ``enable-tidb-extension`` is not a boolean word.
+            ValueError: ``enable-tidb-extension`` is not a boolean word, or an unknown
+                ``large-message-handle-compression``.
         """
         self._extension = parse_bool_option(dict(options or {}), "enable-tidb-extension", False)
+        self._compression = compression_option(options)
         self._clear_caches()
 
     def _clear_caches(self) -> None:
@@ -634,10 +637,11 @@ class CanalJsonDecoder:
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled to Spark executors: the caches hold generated functions, which do not pickle.
-        return {"extension": self._extension}
+        return {"extension": self._extension, "compression": self._compression}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._extension = bool(state["extension"])
+        self._compression = str(state.get("compression", "none"))
         self._clear_caches()
 
     # -- entry point --------------------------------------------------------------------------------------
@@ -654,7 +658,15 @@ class CanalJsonDecoder:
                 column type, ``data`` and ``old`` disagree, an unknown ``type`` / ``mysqlType``, the
                 TiDB extension is enabled and ``_tidb.commitTs`` is missing, or the message is a TiCDC
                 claim-check / handle-key-only reference to a row it does not contain.
+            CompressionError: ``large-message-handle-compression`` is set and the value does not
+                decompress with it.
         """
+        if self._compression != "none" and value is not None:
+            # TiCDC compresses the whole value of every Canal-JSON message
+            try:
+                value = decompress(self._compression, bytes(value), PROTOCOL)
+            except DecodeError as exc:
+                raise exc.with_context(*ctx) from None
         if value.__class__ is bytes and _fast_parse is not None:
             try:
                 events = self._fast_rows(_fast_parse(value), ctx)
@@ -1063,7 +1075,8 @@ class CanalJsonEncoder:
 
     Options (TiCDC sink-uri names): ``enable-tidb-extension`` (default false) adds ``_tidb.commitTs``
     and makes resolved events into TIDB_WATERMARK messages; ``only-output-updated-columns`` (default
-    false) writes only the changed columns in an UPDATE's ``old``.
+    false) writes only the changed columns in an UPDATE's ``old``; ``large-message-handle-compression``
+    (lz4 | snappy) compresses every message value.
 
     ``es`` and ``ts`` are both the commit ts's physical time (``commit_ts >> 18``, milliseconds), so the
     output is deterministic (TiCDC writes the wall clock into ``ts``). Fields come in the order of the
@@ -1082,6 +1095,7 @@ class CanalJsonEncoder:
         opts = dict(options or {})
         self._extension = parse_bool_option(opts, "enable-tidb-extension", False)
         self._only_updated = parse_bool_option(opts, "only-output-updated-columns", False)
+        self._compression = compression_option(opts)
 
     def encode(self, events: Sequence[Event]) -> list[Message]:
         """One message per event, in order.
@@ -1091,6 +1105,8 @@ class CanalJsonEncoder:
                 operation needs, a value that does not fit its column type, a type Canal-JSON cannot
                 carry, a commit ts outside 0..2^64-1.
         """
+        if self._compression != "none":
+            return [Message(None, compress(self._compression, self._encode_one(e))) for e in events]
         return [Message(None, self._encode_one(e)) for e in events]
 
     def _ts(self, ts: Any, what: str) -> int:

@@ -46,6 +46,7 @@ from ..errors import (
     preview,
 )
 from .base import Message
+from .compression import compress, compression_option, decompress
 from .model import (
     BLOB_TYPES,
     Column,
@@ -455,7 +456,14 @@ class OpenProtocolDecoder:
     protocol = PROTOCOL
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
+        """A decoder for the sink-uri ``options`` the stream was written with
+        (``large-message-handle-compression``: see :mod:`.compression`).
+
+        Raises:
+            ValueError: an option value that is not valid.
+        """
         self.options = dict(options or {})
+        self._compression = compression_option(self.options)
         self._clear_caches()
 
     def _clear_caches(self) -> None:
@@ -470,6 +478,7 @@ class OpenProtocolDecoder:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.options = dict(state["options"])
+        self._compression = compression_option(self.options)
         self._clear_caches()
 
     def decode(self, key: bytes | None, value: bytes | None, ctx: DecodeContext) -> list[Event]:
@@ -499,6 +508,10 @@ class OpenProtocolDecoder:
             raise UnsupportedVersionError(PROTOCOL, f"expected protocol version {VERSION}, got {version}")
         keys = _split_entries(key, 8, "key")
         values = _split_entries(bytes(value), 0, "value") if value else []
+        if self._compression != "none":
+            # every row and DDL value entry is compressed on its own; resolved entries are empty
+            algo = self._compression
+            values = [decompress(algo, v, PROTOCOL, f"value entry {i}") if v else v for i, v in enumerate(values)]
         if _fast_key is not None and keys and len(values) == len(keys):
             fast = self._fast_events(keys, values, ctx)
             if fast is not None:
@@ -692,7 +705,8 @@ class OpenProtocolEncoder:
     events each in a message of their own.
 
     Options: ``enable-old-value`` (default true; false drops ``"p"`` from updates and leaves only the
-    handle-key columns in deletes, like TiCDC with the old value feature off), ``max-batch-size``.
+    handle-key columns in deletes, like TiCDC with the old value feature off), ``max-batch-size``,
+    ``large-message-handle-compression`` (lz4 | snappy: each row and DDL value entry compressed).
     """
 
     protocol = PROTOCOL
@@ -702,6 +716,7 @@ class OpenProtocolEncoder:
 
         opts = dict(options or {})
         self.old_value = parse_bool_option(opts, "enable-old-value", True)
+        self.compression = compression_option(opts)
         try:
             self.max_batch = int(opts.get("max-batch-size", "16"))
         except ValueError:
@@ -721,10 +736,11 @@ class OpenProtocolEncoder:
                 value = {"u": _wire_columns(e.columns)}
                 if e.old is not None and self.old_value:
                     value["p"] = _wire_columns(e.old)
-            return orjson.dumps(key), orjson.dumps(value), True
+            return orjson.dumps(key), compress(self.compression, orjson.dumps(value)), True
         if isinstance(e, DDLEvent):
             key = {"ts": e.commit_ts, "scm": e.schema, "tbl": e.table, "t": _KIND_DDL}
-            return orjson.dumps(key), orjson.dumps({"q": e.query, "t": e.ddl_type}), False
+            body = orjson.dumps({"q": e.query, "t": e.ddl_type})
+            return orjson.dumps(key), compress(self.compression, body), False
         if isinstance(e, ResolvedEvent):
             return orjson.dumps({"ts": e.commit_ts, "t": _KIND_RESOLVED}), b"", False
         raise EncodeError(f"{PROTOCOL}: not an event: {type(e).__name__}")
