@@ -42,6 +42,7 @@ from pydantic import (
 )
 
 from .errors import ConfigError
+from .locations import child_location, fold_name, table_location
 
 __all__ = [
     "JobConfig",
@@ -350,6 +351,8 @@ class SourceConfig(_Model):
     reader: Literal["python", "spark"] = "python"
     starting_offsets: Literal["earliest", "latest"] | dict[str, dict[int, int]] = "earliest"
     max_offsets_per_trigger: Annotated[int, BeforeValidator(_no_bool), Field(gt=0)] | None = None
+    # how far a resolved ts / commit ts may be ahead of the batch's clock; null = no check
+    max_future_ts: Annotated[str, BeforeValidator(_trigger_interval)] | None = "1 hour"
     kafka: Settings = {}
     consumer_group: str | Literal[False] | None = None
     schema_registry: SchemaRegistryConfig | None = None
@@ -434,6 +437,11 @@ class SourceConfig(_Model):
             if self.avro_schemas:
                 raise _PathError(("avro_schemas",), f"only used with protocol avro, not {self.protocol}")
         return self
+
+    @property
+    def max_future_ts_ms(self) -> int | None:
+        """``max_future_ts`` in milliseconds, ``None`` when the check is off."""
+        return None if self.max_future_ts is None else int(_interval_seconds(self.max_future_ts) * 1000)
 
     @property
     def topic_list(self) -> list[str]:
@@ -543,8 +551,15 @@ class TableMapping(_Model):
         """Whether ``source`` holds a ``*``."""
         return "*" in self.source
 
-    def matches(self, schema: str, table: str) -> bool:
-        """Whether this entry covers ``schema.table`` (case-insensitive, ``*`` wildcards)."""
+    def matches(self, schema: str, table: str, *, case_sensitive: bool = False) -> bool:
+        """Whether this entry covers ``schema.table`` (``*`` wildcards; case-insensitive unless
+        ``case_sensitive``)."""
+        if case_sensitive:
+            want_schema, _, want_table = self.source.partition(".")
+            return bool(
+                re.fullmatch(_pattern_regex(want_schema).pattern, schema, re.DOTALL)
+                and re.fullmatch(_pattern_regex(want_table).pattern, table, re.DOTALL)
+            )
         return bool(self._schema_re.fullmatch(schema) and self._table_re.fullmatch(table))
 
 
@@ -654,6 +669,7 @@ class JobConfig(_Model):
     )
     spark: SparkConfig = SparkConfig()
     ddl: DDLPolicies = DDLPolicies()
+    case_sensitive: bool = False
 
     @field_validator("changefeed")
     @classmethod
@@ -666,7 +682,7 @@ class JobConfig(_Model):
     def _check_tables(self) -> "JobConfig":
         seen: dict[str, int] = {}
         for i, mapping in enumerate(self.tables):
-            lowered = mapping.source.lower()
+            lowered = fold_name(mapping.source, case_sensitive=self.case_sensitive)
             if lowered in seen:
                 raise _PathError(("tables", i, "source"), f"already mapped by tables[{seen[lowered]}]")
             seen[lowered] = i
@@ -681,8 +697,9 @@ class JobConfig(_Model):
 
     @property
     def dead_letter_path(self) -> str:
-        """``dead_letter.path``, by default ``{sink.path}/_ticdc_dead_letter``."""
-        return self.dead_letter.path or _join(self.sink.path, DEFAULT_DEAD_LETTER_DIR)
+        """``dead_letter.path``, by default ``{sink.path}/_ticdc_dead_letter`` (no table location can be
+        that: encoded names never start with ``_``, see :mod:`ticdc_delta.locations`)."""
+        return self.dead_letter.path or child_location(self.sink.path, DEFAULT_DEAD_LETTER_DIR)
 
     @property
     def consumer_group_id(self) -> str | None:
@@ -699,21 +716,38 @@ class JobConfig(_Model):
 
     def table_mapping_for(self, schema: str, table: str) -> TableMapping | None:
         """The ``tables:`` entry for ``schema.table``: the first exact entry, else the first wildcard
-        entry that matches (in file order), else ``None``. Names compare case-insensitively, as in TiDB."""
+        entry that matches (in file order), else ``None``. Names compare case-insensitively, as in TiDB,
+        unless ``case_sensitive``."""
+        cs = self.case_sensitive
         for mapping in self.tables:
-            if not mapping.is_wildcard and mapping.matches(schema, table):
+            if not mapping.is_wildcard and mapping.matches(schema, table, case_sensitive=cs):
                 return mapping
         for mapping in self.tables:
-            if mapping.is_wildcard and mapping.matches(schema, table):
+            if mapping.is_wildcard and mapping.matches(schema, table, case_sensitive=cs):
                 return mapping
         return None
 
-    def table_path(self, schema: str, table: str) -> str:
-        """The Delta table path of ``schema.table``: the mapping's ``path``, else ``{sink.path}/{schema}/{table}``."""
+    def fold_name(self, name: str) -> str:
+        """A schema or table name as the job stores it: lower-case unless ``case_sensitive``."""
+        return fold_name(name, case_sensitive=self.case_sensitive)
+
+    def explicit_table_path(self, schema: str, table: str) -> str | None:
+        """The ``tables[].path`` that places ``schema.table``, or ``None`` when none does."""
         mapping = self.table_mapping_for(schema, table)
-        if mapping is not None and mapping.path:
-            return mapping.path
-        return _join(self.sink.path, schema, table)
+        return mapping.path if mapping is not None and mapping.path else None
+
+    def table_path(self, schema: str, table: str) -> str:
+        """The Delta table path of ``schema.table``: the mapping's ``path``, else
+        ``{sink.path}/{schema}/{table}`` with the names folded (:meth:`fold_name`) and encoded as path
+        components (:func:`~ticdc_delta.locations.table_location`: ``a/b`` → ``a@002fb``).
+
+        Raises:
+            IdentifierError: a name no location can hold (empty, NUL, too long once encoded).
+        """
+        explicit = self.explicit_table_path(schema, table)
+        if explicit is not None:
+            return explicit
+        return table_location(self.sink.path, self.fold_name(schema), self.fold_name(table))
 
     def librdkafka_conf(self) -> dict[str, str]:
         """librdkafka settings for a consumer: ``bootstrap.servers`` plus ``source.kafka``."""
@@ -741,11 +775,6 @@ class JobConfig(_Model):
 
     def __str__(self) -> str:
         return repr(self)
-
-
-def _join(base: str, *parts: str) -> str:
-    # works for local paths and object-store URIs alike: s3://bucket/lake/ + (a, b) -> s3://bucket/lake/a/b
-    return "/".join([base.rstrip("/"), *parts])
 
 
 # -- errors ------------------------------------------------------------------------------------------

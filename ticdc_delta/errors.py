@@ -33,6 +33,10 @@ __all__ = [
     "ConcurrentCommitError",
     "DDLPolicyError",
     "SinkError",
+    "IdentifierError",
+    "ImplausibleTimestampError",
+    "CheckpointMismatchError",
+    "ConcurrentJobError",
 ]
 
 
@@ -197,3 +201,22 @@ class DDLPolicyError(TerminalError):
 
 class SinkError(TerminalError):
     """Writing to the Delta sink failed in a way retrying cannot fix."""
+
+
+class IdentifierError(SinkError):
+    """A schema or table name no Delta location can hold (empty, NUL, too long once encoded), or a
+    location that is not inside its root; names the table and what is wrong."""
+
+
+class ImplausibleTimestampError(TerminalError):
+    """A resolved ts or commit ts implausibly far in the future (forged or corrupt), with
+    ``dead_letter.fail_on_error`` set; names the ts, its physical time and the bound."""
+
+
+class CheckpointMismatchError(TerminalError):
+    """The job state (``{checkpoint}/state``) and Spark's checkpoint (``{checkpoint}/spark``) do not
+    belong together: one was deleted, replaced or restored alone. Says what was found and how to recover."""
+
+
+class ConcurrentJobError(TerminalError):
+    """Another job wrote the same checkpoint's state while this one ran (two jobs on one checkpoint)."""

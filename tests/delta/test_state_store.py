@@ -141,3 +141,48 @@ def test_a_table_without_one_state_row_is_refused(store: StateStore) -> None:
 def test_constructor_checks(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="app_id"):
         StateStore(str(tmp_path), "")
+
+
+def test_a_second_writer_is_a_terminal_error_not_an_interleaving(tmp_path: Path) -> None:
+    from ticdc_delta.errors import ConcurrentJobError
+
+    path = str(tmp_path / "_state")
+    job_a, job_b = StateStore(path, APP), StateStore(path, APP)
+    job_a.save(0, sample(0))
+    assert job_a.load() == job_b.load() == sample(0)
+    assert job_a.save(1, sample(1)) is True
+    with pytest.raises(ConcurrentJobError, match="expected version 0 .* found version 1: another job is running") as info:
+        job_b.save(1, sample(1))
+    assert not info.value.retryable
+    with pytest.raises(ConcurrentJobError, match="another job"):
+        job_b.save(2, sample(2))  # not a later batch either
+    assert job_a.save(2, sample(2)) is True  # the first job goes on
+    assert StateStore(path, APP).load() == sample(2)
+
+
+def test_a_store_that_created_nothing_sees_a_table_created_by_another(tmp_path: Path) -> None:
+    from ticdc_delta.errors import ConcurrentJobError
+
+    path = str(tmp_path / "_state")
+    job_a, job_b = StateStore(path, APP), StateStore(path, APP)
+    assert job_a.load() is None and job_b.load() is None
+    job_a.save(0, sample(0))
+    with pytest.raises(ConcurrentJobError, match="expected no table"):
+        job_b.save(0, sample(0))
+
+
+def test_reset_replaces_the_state_and_a_running_job_notices(tmp_path: Path) -> None:
+    from ticdc_delta.delta.state_store import RESET_BATCH_ID
+    from ticdc_delta.errors import ConcurrentJobError
+
+    path = str(tmp_path / "_state")
+    running = StateStore(path, APP)
+    running.save(0, sample(0))
+    StateStore(path, APP).reset(PipelineState(RESET_BATCH_ID, meta={"epoch": 1}))
+    assert StateStore(path, APP).load() == PipelineState(RESET_BATCH_ID, meta={"epoch": 1})
+    with pytest.raises(ConcurrentJobError, match="reset"):
+        running.save(1, sample(1))
+    fresh = StateStore(path, APP)
+    fresh.load()
+    assert fresh.save(0, sample(0), app_id=APP + "~1") is True  # a new epoch starts at batch 0 again
+    assert fresh.load() == sample(0)

@@ -16,22 +16,30 @@ Kafka consumer:
 
 Offset-order mode (Avro; Canal-JSON without the extension: no watermarks, maybe no commit ts): the batch
 is applied as it comes — DDL first (deduplicated), then every row in (partition, offset) order per key.
+
+In both modes a resolved ts, row or DDL whose ts is implausibly far in the future (:mod:`.ts_guard`) is
+not taken: it is returned in :attr:`BatchPlan.rejected` (for the dead-letter table), neither applied nor
+held, and moves no watermark.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 from .merge import KeyResolver, TableChanges, collapse
 from .pending_buffer import PendingBuffer, apply_order
 from .records import ChangeRecord, DDLRecord, Record
 from .resolved_ts import WatermarkTracker
+from ..locations import fold_name
+from .ts_guard import TsGuard
 
 __all__ = [
     "WATERMARK",
     "OFFSET_ORDER",
     "ResolvedMark",
+    "RejectedTs",
+    "RecordScreen",
     "ConsumerState",
     "RowsStep",
     "BatchPlan",
@@ -50,6 +58,30 @@ class ResolvedMark(NamedTuple):
     offset: int
     idx: int
     ts: int
+
+
+class RejectedTs(NamedTuple):
+    """A resolved mark, row or DDL not taken because its ts is implausible, with the reason."""
+
+    topic: str
+    partition: int
+    offset: int
+    idx: int
+    kind: str  # "resolved" | "row" | "ddl"
+    ts: int
+    reason: str
+
+
+class RecordScreen(Protocol):
+    """Keeps row changes the sink cannot take out of a plan (see :func:`plan_batch`)."""
+
+    def rows(self, records: list[ChangeRecord]) -> list[ChangeRecord]:
+        """The changes of ``records`` (in apply order) to apply; it records why it dropped the others."""
+        ...
+
+    def ddl(self, record: DDLRecord) -> None:
+        """A DDL that will be applied before the rows that follow."""
+        ...
 
 
 @dataclass
@@ -80,6 +112,7 @@ class BatchPlan:
     watermark_regressions: int = 0
     rows_released: int = 0
     topic_watermarks: dict[str, int | None] = field(default_factory=dict)
+    rejected: list[RejectedTs] = field(default_factory=list)
 
     @property
     def held(self) -> int:
@@ -98,20 +131,43 @@ def plan_batch(
     mode: str,
     keys: KeyResolver,
     partitions: Mapping[str, Iterable[int]] | None = None,
+    guard: TsGuard | None = None,
+    case_sensitive: bool = False,
+    screen: RecordScreen | None = None,
 ) -> BatchPlan:
     """Plan a micro-batch from the previous ``state`` and the batch's decoded records and resolved marks.
 
     ``partitions`` names every partition of each topic (a partition that has sent nothing yet still
     holds back its topic). The function is deterministic: the same state and input give the same plan,
-    which is what lets a re-run of a crashed micro-batch commit exactly what the first attempt would have.
+    which is what lets a re-run of a crashed micro-batch commit exactly what the first attempt would have
+    (``guard``, when given, must be built from a clock that is itself the same on a re-run).
+
+    Schema and table names enter here: unless ``case_sensitive``, every record's (and every held
+    record's) names are folded to lower case (:func:`ticdc_delta.locations.fold_name`), so ``Orders``,
+    ``orders`` and ``SHOP.orders`` are one table for keys, collapsing, the catalog and the location.
+
+    ``screen``, when given, sees the row changes about to be applied in apply order, before they are
+    collapsed per key, and the DDL between them; the changes it drops are neither applied nor held (the
+    job's :class:`~ticdc_delta.delta.value_check.ValueScreen` drops values no Delta column can hold). It
+    must decide from the records alone, so that the plan stays deterministic.
 
     Raises:
         ValueError: unknown mode; MissingKeyError (from :mod:`.merge`) for a row without its key.
     """
-    if mode == OFFSET_ORDER:
-        return _plan_offset_order(state, records, keys)
-    if mode != WATERMARK:
+    if mode not in (WATERMARK, OFFSET_ORDER):
         raise ValueError(f"unknown mode {mode!r}")
+    if not case_sensitive:
+        records = _fold_names(records)
+        if state.held:
+            state = ConsumerState(state.watermarks, _fold_names(state.held), state.applied_ddl)
+    rejected: list[RejectedTs] = []
+    if guard is not None:
+        records = _plausible(records, guard, rejected)
+        resolved = _plausible(resolved, guard, rejected)
+    if mode == OFFSET_ORDER:
+        plan = _plan_offset_order(state, records, keys, screen)
+        plan.rejected = rejected
+        return plan
 
     tracker = WatermarkTracker(state.watermarks)
     for topic, parts in (partitions or {}).items():
@@ -138,7 +194,7 @@ def plan_batch(
     released.sort(key=apply_order)
 
     applied = set(state.applied_ddl)
-    steps, duplicate_ddl, new_ddl = _steps(released, keys, applied)
+    steps, duplicate_ddl, new_ddl = _steps(released, keys, applied, screen)
     low = tracker.global_low()
     # A DDL copy older than every watermark would be dropped as a replay anyway: forget it.
     kept_ddl = [d for d in (*state.applied_ddl, *new_ddl) if low is None or (d[0] or 0) >= low]
@@ -151,7 +207,36 @@ def plan_batch(
         watermark_regressions=tracker.regressions,
         rows_released=sum(1 for r in released if isinstance(r, ChangeRecord)),
         topic_watermarks=topic_wms,
+        rejected=rejected,
     )
+
+
+def _plausible(items: Iterable[Any], guard: TsGuard, rejected: list[RejectedTs]) -> list[Any]:
+    """The items whose ts passes ``guard``; the others are appended to ``rejected``."""
+    kept = []
+    for item in items:
+        if isinstance(item, ResolvedMark):
+            kind, ts, what = "resolved", item.ts, "resolved ts"
+        else:
+            kind, ts, what = item.kind, item.commit_ts, f"{item.kind} commit ts"
+        reason = guard.check(ts, what)
+        if reason is None:
+            kept.append(item)
+        else:
+            rejected.append(RejectedTs(item.topic, item.partition, item.offset, item.idx, kind, ts, reason))
+    rejected.sort(key=lambda r: (r.topic, r.partition, r.offset, r.idx))
+    return kept
+
+
+def _fold_names(records: Iterable[Record]) -> list[Record]:
+    """``records`` with schema and table names lower-cased (TiDB compares them case-insensitively)."""
+    out: list[Record] = []
+    for rec in records:
+        schema, table = fold_name(rec.schema), fold_name(rec.table)
+        if schema != rec.schema or table != rec.table:
+            rec = rec._replace(schema=schema, table=table)
+        out.append(rec)
+    return out
 
 
 def _ddl_sort(identity: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -159,7 +244,7 @@ def _ddl_sort(identity: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def _steps(
-    ordered: Sequence[Record], keys: KeyResolver, applied: set[tuple[Any, ...]]
+    ordered: Sequence[Record], keys: KeyResolver, applied: set[tuple[Any, ...]], screen: RecordScreen | None = None
 ) -> tuple[list[RowsStep | DDLRecord], int, list[tuple[Any, ...]]]:
     steps: list[RowsStep | DDLRecord] = []
     duplicates = 0
@@ -167,9 +252,10 @@ def _steps(
     run: list[ChangeRecord] = []
 
     def flush() -> None:
-        if run:
-            steps.append(RowsStep(collapse(run, keys)))
-            run.clear()
+        rows = screen.rows(run) if screen is not None and run else run
+        if rows:
+            steps.append(RowsStep(collapse(rows, keys)))
+        run.clear()
 
     for rec in ordered:
         if isinstance(rec, DDLRecord):
@@ -180,6 +266,8 @@ def _steps(
             applied.add(ident)
             new_ddl.append(ident)
             flush()
+            if screen is not None:
+                screen.ddl(rec)
             steps.append(rec)
         else:
             run.append(rec)
@@ -187,14 +275,17 @@ def _steps(
     return steps, duplicates, new_ddl
 
 
-def _plan_offset_order(state: ConsumerState, records: Iterable[Record], keys: KeyResolver) -> BatchPlan:
+def _plan_offset_order(
+    state: ConsumerState, records: Iterable[Record], keys: KeyResolver, screen: RecordScreen | None = None
+) -> BatchPlan:
     ordered = sorted(records, key=_order)
     ddl = [r for r in ordered if isinstance(r, DDLRecord)]
     rows = [r for r in ordered if isinstance(r, ChangeRecord)]
     applied = set(state.applied_ddl)
-    steps, duplicates, new_ddl = _steps(ddl, keys, applied)
-    if rows:
-        steps.append(RowsStep(collapse(rows, keys)))
+    steps, duplicates, new_ddl = _steps(ddl, keys, applied, screen)
+    kept_rows = screen.rows(rows) if screen is not None and rows else rows
+    if kept_rows:
+        steps.append(RowsStep(collapse(kept_rows, keys)))
     # Without commit ts there is no watermark to age DDL identities out; keep the most recent ones.
     kept = [*state.applied_ddl, *new_ddl][-1000:]
     return BatchPlan(

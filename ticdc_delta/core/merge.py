@@ -8,7 +8,7 @@ DELETE + INSERT by default; when it does not, the old image tells us the old key
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..codec.model import ColumnFlag, Op
 from .records import ChangeRecord, ColumnTuple
@@ -53,15 +53,43 @@ class KeyResolver:
 
     Flags on the image win over what was remembered, so after ADD/DROP PRIMARY KEY the next rows merge
     on the new key; a later image without flags still uses the last known key.
+
+    Args:
+        overrides: exact ``(schema, table) -> key columns``.
+        lookup: ``(schema, table) -> key columns or None``, asked once per table when ``overrides`` has no
+            entry — the job passes the YAML mapping's resolution (exact entries, then wildcards such as
+            ``test.*``), so the override is decided in one place.
     """
 
-    def __init__(self, overrides: Mapping[tuple[str, str], Sequence[str]] | None = None) -> None:
+    def __init__(
+        self,
+        overrides: Mapping[tuple[str, str], Sequence[str]] | None = None,
+        *,
+        lookup: Callable[[str, str], Sequence[str] | None] | None = None,
+    ) -> None:
+        if lookup is not None and not callable(lookup):
+            raise TypeError(f"lookup must be callable, got {type(lookup).__name__}")
         self._overrides = {k: tuple(v) for k, v in (overrides or {}).items()}
+        self._lookup = lookup
+        self._looked_up: dict[tuple[str, str], tuple[str, ...]] = {}
         self._known: dict[tuple[str, str], tuple[str, ...]] = {}
+
+    def override(self, schema: str, table: str) -> tuple[str, ...]:
+        """The configured key of a table, ``()`` when none is configured."""
+        ident = (schema, table)
+        found = self._overrides.get(ident)
+        if found:
+            return found
+        if self._lookup is None:
+            return ()
+        cached = self._looked_up.get(ident)
+        if cached is None:
+            cached = self._looked_up[ident] = tuple(self._lookup(schema, table) or ())
+        return cached
 
     def key_columns(self, schema: str, table: str, image: tuple[ColumnTuple, ...]) -> tuple[str, ...]:
         ident = (schema, table)
-        found = self._overrides.get(ident)
+        found = self.override(schema, table)
         if found:
             return found
         # The image's own flags win: after a key-changing DDL the row events flag the new key.

@@ -9,6 +9,11 @@ The commit carries the Delta app transaction ``(app_id, batch_id)``; :meth:`Stat
 at or below the committed one does nothing, so a re-run micro-batch cannot move the state backwards or
 write it twice.
 
+Saves are optimistic: a store remembers the table version it last loaded or wrote, and a save finds the
+table at another version only when some other writer committed in between — a second job running on the
+same checkpoint, or a ``reset`` while the job runs. That is a
+:class:`~ticdc_delta.errors.ConcurrentJobError` (terminal), never a silent interleaving.
+
 Layout (one Delta row per item; ``kind`` says which):
 
 ==============  ===============================================================================
@@ -32,11 +37,11 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from ticdc_delta.errors import SinkError
+from ticdc_delta.errors import ConcurrentJobError, SinkError
 
 from .sink import Txn, already_applied, commit_properties, read_table, run_commit
 
-__all__ = ["PipelineState", "StateStore", "STATE_SCHEMA", "STATE_FORMAT"]
+__all__ = ["PipelineState", "StateStore", "STATE_SCHEMA", "STATE_FORMAT", "RESET_BATCH_ID"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +65,9 @@ STATE_SCHEMA = pa.schema(
 
 _STATE, _WATERMARK, _HELD = "state", "watermark", "held"
 _INT64_MAX = (1 << 63) - 1
+_NO_TABLE = -1
+RESET_BATCH_ID = -1
+"""The ``batch_id`` of a state written by :meth:`StateStore.reset`: no micro-batch ran since."""
 
 
 @dataclass
@@ -116,6 +124,7 @@ class StateStore:
         self._vacuum_every = vacuum_every
         self._max_retries = max_retries
         self._saves = 0
+        self._seen_version: int | None = None  # the table version last loaded or written (-1: none)
 
     def _load_table(self) -> DeltaTable | None:
         try:
@@ -141,8 +150,11 @@ class StateStore:
         Raises:
             SinkError: the table cannot be read, or does not hold one well-formed state.
         """
-        if self._load_table() is None:
+        dt = self._load_table()
+        if dt is None:
+            self._seen_version = _NO_TABLE
             return None
+        self._seen_version = dt.version()
         table = read_table(self.path, storage_options=self._storage_options)
         if table.num_rows == 0:
             return None
@@ -174,11 +186,15 @@ class StateStore:
         held = held_rows.column("payload").to_pylist()
         return PipelineState(batch_id=batch_id, watermarks=watermarks, held=held, meta=meta)
 
-    def save(self, batch_id: int, state: PipelineState) -> bool:
+    def save(self, batch_id: int, state: PipelineState, *, app_id: str | None = None) -> bool:
         """Replace the stored state with ``state`` in one commit; ``False`` (nothing written) when
-        ``batch_id`` is at or below the last committed batch id.
+        ``batch_id`` is at or below the last committed batch id of ``app_id`` (default: the store's).
+
+        After a :meth:`load` or a save by this object, the table must still be at the version seen then.
 
         Raises:
+            ConcurrentJobError: another writer committed to the state table since this object loaded
+                or saved it (two jobs on one checkpoint, or a reset while the job runs).
             TypeError/ValueError: ``batch_id`` is not an int >= 0 or differs from ``state.batch_id``; a
                 watermark key is not ``(str, int)`` or its value not an int; a held item is not bytes;
                 ``meta`` is not JSON-able.
@@ -190,12 +206,14 @@ class StateStore:
         if state.batch_id != batch_id:
             raise ValueError(f"state.batch_id {state.batch_id!r} differs from batch_id {batch_id}")
         table = self._to_table(batch_id, state)
-        txn = Txn(self.app_id, batch_id)
+        txn = Txn(app_id or self.app_id, batch_id)
 
         def attempt() -> bool:
             dt = self._load_table()
+            self._check_unchanged(dt, f"saving batch {batch_id}")
             if dt is not None and already_applied(dt, txn):
                 return False
+            before = _NO_TABLE if dt is None else dt.version()
             write_deltalake(
                 dt if dt is not None else self.path,
                 table,
@@ -203,6 +221,8 @@ class StateStore:
                 storage_options=self._storage_options if dt is None else None,
                 commit_properties=commit_properties(*txn),
             )
+            # an overwrite commits right after the snapshot it read, or fails (and is retried)
+            self._seen_version = before + 1
             return True
 
         written = run_commit("save state to", self.path, attempt, max_retries=self._max_retries)
@@ -212,6 +232,45 @@ class StateStore:
                 self.vacuum()
         return written
 
+    def reset(self, state: PipelineState) -> None:
+        """Replace the stored state with ``state`` unconditionally, without an app transaction (the
+        ``reset`` command: the next micro-batch starts a new transaction epoch; see
+        :mod:`ticdc_delta.reset`). ``state.batch_id`` is usually :data:`RESET_BATCH_ID`.
+
+        Raises:
+            SinkError: the table cannot be written.
+        """
+        table = self._to_table(state.batch_id, state)
+
+        def attempt() -> None:
+            dt = self._load_table()
+            write_deltalake(
+                dt if dt is not None else self.path,
+                table,
+                mode="overwrite",
+                storage_options=self._storage_options if dt is None else None,
+            )
+
+        run_commit("reset state in", self.path, attempt, max_retries=self._max_retries)
+        self._remember_version()
+
+    def _check_unchanged(self, dt: DeltaTable | None, doing: str) -> None:
+        if self._seen_version is None:
+            return  # nothing loaded or saved by this object: no expectation
+        now = _NO_TABLE if dt is None else dt.version()
+        if now != self._seen_version:
+            seen = "no table" if self._seen_version == _NO_TABLE else f"version {self._seen_version}"
+            found = "no table" if now == _NO_TABLE else f"version {now}"
+            raise ConcurrentJobError(
+                f"state table {self.path}: {doing}, expected {seen} (as this job last read or wrote it) "
+                f"but found {found}: another job is running on the same checkpoint, or the state was reset "
+                "or replaced while this job ran. Stop the other job; then restart this one"
+            )
+
+    def _remember_version(self) -> None:
+        dt = self._load_table()
+        self._seen_version = _NO_TABLE if dt is None else dt.version()
+
     def vacuum(self) -> list[str]:
         """Delete the data files of replaced versions (the state is only read at its latest version);
         the files removed. A failure is logged, not raised: the state itself is already committed.
@@ -220,7 +279,9 @@ class StateStore:
             dt = self._load_table()
             if dt is None:
                 return []
-            return dt.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False)
+            removed = dt.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False)
+            self._remember_version()  # a vacuum may commit a version of its own
+            return removed
         except (DeltaError, OSError) as exc:
             log.warning("vacuum of state table %s failed (the state is committed): %s", self.path, exc)
             return []

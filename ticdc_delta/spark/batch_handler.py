@@ -29,11 +29,14 @@ import pyarrow as pa
 from ..config import JobConfig
 from ..core.batch_planner import OFFSET_ORDER, WATERMARK, ConsumerState, ResolvedMark, plan_batch
 from ..core.merge import KeyResolver, MissingKeyError
+from ..core.ts_guard import TsGuard, tso_physical_ms
 from ..core.records import dump_record, load_record
 from ..delta.applier import ApplyResult, DeltaApplier, TableCatalog, TableOptions
 from ..delta.sink import DeltaRsSink, TableIdent, batch_txn
 from ..delta.state_store import PipelineState, StateStore
-from ..errors import BrokerUnavailableError, DecodeError, TerminalError
+from ..locations import child_location
+from ..errors import BrokerUnavailableError, DecodeError, ImplausibleTimestampError, TerminalError
+from .checkpoint import SparkCheckpoint, check_state_belongs
 from .decode import DECODED_SCHEMA, DecoderSpec, make_decode_fn
 
 __all__ = ["BatchHandler", "protocol_mode", "InjectedFault", "FAULT_ENV", "tso_physical_ms"]
@@ -65,11 +68,6 @@ class InjectedFault(RuntimeError):
     """Raised by the fault injector (tests only)."""
 
 
-def tso_physical_ms(ts: int) -> int:
-    """The wall-clock milliseconds of a TiDB TSO (physical << 18 | logical)."""
-    return ts >> 18
-
-
 def protocol_mode(protocol: str, options: Mapping[str, str]) -> str:
     """``watermark`` where the protocol carries resolved ts, ``offset-order`` where it does not."""
     if protocol in ("open-protocol", "craft"):
@@ -80,14 +78,14 @@ def protocol_mode(protocol: str, options: Mapping[str, str]) -> str:
 
 
 class _ConfiguredSink(DeltaRsSink):
-    """The Delta sink with the YAML table mapping applied to table locations."""
+    """The Delta sink with the YAML table mapping applied to table locations (``tables[].path`` as
+    configured; every other table at its encoded location under ``sink.path``)."""
 
     def __init__(self, cfg: JobConfig) -> None:
-        super().__init__(cfg.sink.path, storage_options=cfg.sink.storage_options or None)
+        super().__init__(
+            cfg.sink.path, explicit=cfg.explicit_table_path, storage_options=cfg.sink.storage_options or None
+        )
         self._cfg = cfg
-
-    def table_path(self, schema: str, table: str) -> str:
-        return self._cfg.table_path(schema, table)
 
 
 class BatchHandler:
@@ -129,12 +127,19 @@ class BatchHandler:
         self._loaded_batch: int | None = None
         self.error: BaseException | None = None
         self.batches = 0
-        overrides = {}
-        for m in cfg.tables:
-            if m.key and not m.is_wildcard:
-                schema, _, table = m.source.partition(".")
-                overrides[(schema, table)] = m.key
-        self._key_overrides = overrides
+        self._warned_clock = False
+
+    def _configured_key(self, schema: str, table: str) -> list[str] | None:
+        """The ``tables[].key`` override of a table (exact or wildcard entry), the one place it is read."""
+        m = self.cfg.table_mapping_for(schema, table)
+        return m.key if m is not None else None
+
+    @property
+    def _app_id(self) -> str:
+        """The Delta app-transaction id: the changefeed, suffixed by its epoch after a ``reset`` (batch ids
+        start again at 0 then, and must not be taken for batches committed before the reset)."""
+        epoch = int(self._meta.get("epoch", 0))
+        return self.cfg.changefeed if epoch == 0 else f"{self.cfg.changefeed}~{epoch}"
 
     # --- state ---------------------------------------------------------------------------------------
 
@@ -235,16 +240,27 @@ class BatchHandler:
         for (schema, table), cols in params.items():
             for column, p in cols.items():
                 members = tuple(p["members"]) if p.get("members") else None
-                catalog.set_params(schema, table, column, TypeParams(p.get("precision"), p.get("scale"), members))
+                catalog.set_params(self.cfg.fold_name(schema), self.cfg.fold_name(table), column, TypeParams(p.get("precision"), p.get("scale"), members))
         self._avro_params_key = key
 
     def _handle(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
         if self._state is None:
             self._load_state()
-        if self._loaded_batch is not None and self._loaded_batch >= batch_id:
+        checkpoint = SparkCheckpoint(_join(self.cfg.checkpoint, "spark"), getattr(batch_df, "sparkSession", None))
+        query_id = checkpoint.query_id()
+        known = self._meta.get("checkpoint")
+        if check_state_belongs(
+            checkpoint=self.cfg.checkpoint.rstrip("/"),
+            state_query_id=known.get("query_id") if isinstance(known, dict) else None,
+            state_batch_id=self._loaded_batch,
+            adopt=not isinstance(known, dict),
+            query_id=query_id,
+            batch_id=batch_id,
+        ):
             log.info("batch %d was already committed (state at batch %d): skipping", batch_id, self._loaded_batch)
             return
+        guard = self._ts_guard(checkpoint, batch_id)
         spec = self._decoder_spec()
         decoded: pa.Table = batch_df.mapInArrow(make_decode_fn(spec), DECODED_SCHEMA).toArrow()
         timings = {"read_decode": time.monotonic() - started}
@@ -284,14 +300,17 @@ class BatchHandler:
         timings["unpack"] = t_plan - started - timings["read_decode"]
         try:
             plan = plan_batch(
-                state, records, resolved, mode=self.mode, keys=KeyResolver(self._key_overrides), partitions=partitions
+                state, records, resolved, mode=self.mode, keys=KeyResolver(lookup=self._configured_key),
+                partitions=partitions, guard=guard, case_sensitive=self.cfg.case_sensitive,
             )
         except MissingKeyError as exc:
             raise TerminalError(f"batch {batch_id}: {exc}") from exc
 
+        if plan.rejected:
+            self._dead_letter_implausible(batch_df, plan.rejected, batch_id)
         applier = DeltaApplier(
             _FaultySink(self.sink, lambda: self._fault("after_merge", batch_id)),
-            self.cfg.changefeed,
+            self._app_id,
             catalog=self._catalog,
             table_options=self._table_options,
             metadata_columns=(
@@ -300,6 +319,7 @@ class BatchHandler:
             ),
             source_timezone=self.cfg.sink.source_timezone,
             ddl_handler=self._ddl_handler,
+            case_sensitive=self.cfg.case_sensitive,
         )
         t_apply = time.monotonic()
         timings["plan"] = t_apply - t_plan
@@ -319,15 +339,18 @@ class BatchHandler:
         meta["tables"] = tables
         totals = dict(meta.get("totals", {}))
         for key, n in (("replays_dropped", plan.replays_dropped), ("dead_letters", len(errors)),
-                       ("rows_applied", sum(result.rows.values()))):
+                       ("rows_applied", sum(result.rows.values())), ("implausible_ts", len(plan.rejected))):
             totals[key] = totals.get(key, 0) + n
         meta["totals"] = totals
         meta["topic_watermarks"] = {t: w for t, w in plan.topic_watermarks.items()}
+        meta["checkpoint"] = {"query_id": query_id}
+        meta.pop("reset", None)
         self._fault("before_state", batch_id)
         t_state = time.monotonic()
         self.store.save(
             batch_id,
             PipelineState(batch_id, plan.state.watermarks, [dump_record(r) for r in plan.state.held], meta),
+            app_id=self._app_id,
         )
         timings["state"] = time.monotonic() - t_state
         self._state, self._meta, self._loaded_batch = plan.state, meta, batch_id
@@ -350,9 +373,63 @@ class BatchHandler:
              take.column("value"), take.column("error"), pa.array([batch_id] * len(rows), type=pa.int64()), now],
             schema=DEAD_LETTER_SCHEMA,
         )
-        self.dead_letters.append(DEAD_LETTER_IDENT, table, batch_txn(self.cfg.changefeed + "/dead-letter", batch_id))
+        self.dead_letters.append(DEAD_LETTER_IDENT, table, batch_txn(self._app_id + "/dead-letter", batch_id))
         log.warning("batch %d: %d undecodable message(s) sent to %s; first: %s",
                     batch_id, len(rows), self.cfg.dead_letter_path, first)
+
+    def _ts_guard(self, checkpoint: SparkCheckpoint, batch_id: int) -> TsGuard | None:
+        """The plausibility bound of this batch (:mod:`ticdc_delta.core.ts_guard`), ``None`` when off.
+
+        The reference clock is Spark's ``batchTimestampMs`` of the batch: written to the offset log before
+        the batch runs and re-used by a re-run, so a re-run after a crash rejects exactly what the first
+        attempt rejected (the plan stays a pure function of state and batch). The Kafka record timestamp
+        was not chosen: a producer sets it (CreateTime), so a forged message can carry a forged one.
+        Outside a streaming query (no offset log) the driver's clock is used.
+        """
+        tolerance = self.cfg.source.max_future_ts_ms
+        if tolerance is None:
+            return None
+        reference = checkpoint.batch_timestamp_ms(batch_id)
+        if reference is None:
+            if not self._warned_clock:
+                log.warning("no Spark offset log entry for batch %d under %s: the ts plausibility check uses "
+                            "the driver's clock", batch_id, checkpoint.location)
+                self._warned_clock = True
+            reference = int(time.time() * 1000)
+        return TsGuard(reference, tolerance)
+
+    def _dead_letter_implausible(self, batch_df: Any, rejected: list[Any], batch_id: int) -> None:
+        """Resolved ts / rows / DDL with an implausible ts: to the dead-letter table with the original
+        message (or, under ``fail_on_error``, a terminal error before anything is committed)."""
+        first = rejected[0]
+        where = f"{first.topic}[{first.partition}]@{first.offset}"
+        if self.cfg.dead_letter.fail_on_error:
+            raise ImplausibleTimestampError(
+                f"batch {batch_id}: {len(rejected)} event(s) with an implausible ts and dead_letter.fail_on_error "
+                f"is set; first at {where}: {first.reason}"
+            )
+        coords = sorted({(r.topic, r.partition, r.offset) for r in rejected})
+        messages: dict[tuple[str, int, int], tuple[Any, Any]] = {}
+        if hasattr(batch_df, "sparkSession"):
+            wanted = batch_df.sparkSession.createDataFrame(coords, "topic string, partition int, offset long")
+            for row in (batch_df.join(wanted, ["topic", "partition", "offset"], "left_semi")
+                        .select("topic", "partition", "offset", "key", "value").collect()):
+                messages[(row["topic"], row["partition"], row["offset"])] = (row["key"], row["value"])
+        reasons: dict[tuple[str, int, int], str] = {}
+        for r in rejected:
+            reasons.setdefault((r.topic, r.partition, r.offset), r.reason)
+        now = int(time.time() * 1e6)
+        columns: dict[str, list[Any]] = {name: [] for name in DEAD_LETTER_SCHEMA.names}
+        for c in coords:
+            key, value = messages.get(c, (None, None))
+            row = {"topic": c[0], "partition": c[1], "offset": c[2], "key": key, "value": value,
+                   "error": reasons[c], "batch_id": batch_id, "recorded_at": now}
+            for name in columns:
+                columns[name].append(row.get(name))
+        table = pa.Table.from_pydict(columns, schema=DEAD_LETTER_SCHEMA)
+        self.dead_letters.append(DEAD_LETTER_IDENT, table, batch_txn(self._app_id + "/dead-letter-ts", batch_id))
+        log.warning("batch %d: %d message(s) with an implausible ts sent to %s; first at %s: %s",
+                    batch_id, len(coords), self.cfg.dead_letter_path, where, first.reason)
 
     def _progress(self, batch_id: int, offsets: dict, counts: dict, plan: Any, result: ApplyResult,
                   dead: int, seconds: float, timings: dict[str, float]) -> None:
@@ -369,6 +446,7 @@ class BatchHandler:
             "rows_held": plan.held,
             "replays_dropped": plan.replays_dropped,
             "dead_letters": dead,
+            "implausible_ts": len(plan.rejected),
             "watermark": low,
             "watermark_lag_s": lag,
             "seconds": round(seconds, 3),
@@ -395,4 +473,4 @@ class _FaultySink:
 
 
 def _join(base: str, leaf: str) -> str:
-    return base.rstrip("/") + "/" + leaf
+    return child_location(base, leaf)  # checked to stay inside the checkpoint

@@ -1,0 +1,64 @@
+"""The job state belongs to one Spark checkpoint: every way they can disagree is a terminal error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ticdc_delta.errors import CheckpointMismatchError
+from ticdc_delta.spark.checkpoint import SparkCheckpoint, check_state_belongs
+
+Q1, Q2 = "6d1f0c1e-0000-4000-8000-000000000001", "6d1f0c1e-0000-4000-8000-000000000002"
+
+
+def belongs(state_q, state_b, q, b, adopt=False):
+    return check_state_belongs(checkpoint="/ck", state_query_id=state_q, state_batch_id=state_b, adopt=adopt,
+                               query_id=q, batch_id=b)
+
+
+def test_consistent_states_go_on_or_skip() -> None:
+    assert belongs(None, None, Q1, 0) is False  # first batch ever
+    assert belongs(Q1, 4, Q1, 5) is False  # the next batch
+    assert belongs(Q1, 5, Q1, 5) is True  # re-run after the state commit: already done
+    assert belongs(None, 4, Q1, 5, adopt=True) is False  # a state from before query ids were recorded
+    assert belongs(None, -1, Q1, 0, adopt=True) is False  # the first batch after a reset
+
+
+@pytest.mark.parametrize(
+    "state_q,state_b,q,b,adopt,match",
+    [
+        (None, None, Q1, 3, False, r"job state /ck/state is missing or empty, but the Spark checkpoint "
+                                   r"/ck/spark is at batch 3: the state was deleted"),
+        (Q1, 57, Q2, 0, False, rf"belongs to Spark query {Q1} \(after batch 57\) but the Spark checkpoint "
+                               rf"/ck/spark is query {Q2} at batch 0: the Spark checkpoint was deleted"),
+        (Q1, 9, None, 0, False, "is query None"),
+        (None, -1, Q1, 7, True, "was reset, but the Spark checkpoint /ck/spark continues at batch 7"),
+        (Q1, 9, Q1, 4, False, "ahead of the Spark checkpoint"),
+        (Q1, 2, Q1, 9, False, r"batches 3\.\.8 ran without this state"),
+        (None, 57, Q2, 0, True, "ahead of the Spark checkpoint"),
+    ],
+)
+def test_mismatches_are_terminal_and_say_how_to_recover(state_q, state_b, q, b, adopt, match) -> None:
+    with pytest.raises(CheckpointMismatchError, match=match) as info:
+        belongs(state_q, state_b, q, b, adopt)
+    assert "python -m ticdc_delta reset --config" in str(info.value)
+    assert not info.value.retryable
+
+
+def test_reads_query_id_and_batch_timestamp_in_sparks_format(tmp_path: Path) -> None:
+    spark_dir = tmp_path / "spark"
+    ckpt = SparkCheckpoint(str(spark_dir))
+    assert ckpt.query_id() is None and ckpt.batch_timestamp_ms(0) is None
+    (spark_dir / "offsets").mkdir(parents=True)
+    (spark_dir / "metadata").write_text(json.dumps({"id": Q1}) + "\n")
+    (spark_dir / "offsets" / "3").write_text(
+        'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1763900000123,"conf":{"spark.sql.shuffle.partitions":"2"}}\n'
+        '{"tidb-cdc":{"0":42}}\n'
+    )
+    assert ckpt.query_id() == Q1
+    assert SparkCheckpoint(f"file://{spark_dir}/").batch_timestamp_ms(3) == 1763900000123
+    (spark_dir / "metadata").write_text("not json")
+    with pytest.raises(CheckpointMismatchError, match="is not Spark's query metadata"):
+        ckpt.query_id()

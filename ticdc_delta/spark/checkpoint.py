@@ -1,0 +1,165 @@
+"""What the job reads from Spark's checkpoint (``{checkpoint}/spark``), and the rule that the job state
+(``{checkpoint}/state``) belongs to it.
+
+Spark's checkpoint and the job state are two stores that must move together: Spark's offset log says
+which Kafka offsets batch ``N`` covers, the state holds the watermarks, held rows and type catalog after
+batch ``N - 1``. If one is deleted, replaced or restored from a backup alone, continuing would lose data
+silently (a fresh checkpoint's batch 0 would be skipped as "already committed"; a fresh state would drop
+held rows and re-type columns). So the state records the Spark query id it belongs to (the ``id`` in
+``{checkpoint}/spark/metadata``, fixed for the life of a checkpoint) and its batch id, and every batch
+checks both with :func:`check_state_belongs`.
+
+Files read (Spark's formats since 2.x):
+
+- ``metadata``: ``{"id":"<uuid>"}``.
+- ``offsets/<N>``: ``v1``, then ``{"batchWatermarkMs":…,"batchTimestampMs":…,"conf":{…}}``, then one line
+  per source. ``batchTimestampMs`` is the time Spark planned batch ``N``; it is written before the batch
+  runs and re-used when the batch is re-run after a crash, so it is a deterministic clock for the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from ..errors import CheckpointMismatchError
+
+__all__ = ["SparkCheckpoint", "check_state_belongs", "RECOVERY_HINT"]
+
+log = logging.getLogger(__name__)
+
+RECOVERY_HINT = (
+    "To start over consistently, stop every job of this changefeed and run "
+    "`python -m ticdc_delta reset --config <your.yaml> --from earliest|latest|offsets --yes` "
+    "(see README, 'Recovery'); to keep the old state, restore the matching {checkpoint}/spark instead"
+)
+
+
+def _local(path: str) -> str | None:
+    if "://" not in path:
+        return path
+    parsed = urlparse(path)
+    return unquote(parsed.path) if parsed.scheme == "file" else None
+
+
+class SparkCheckpoint:
+    """Read-only access to a streaming query's checkpoint directory.
+
+    Args:
+        location: the query's ``checkpointLocation`` (``{checkpoint}/spark``).
+        spark: a SparkSession, used (through Hadoop's FileSystem, as Spark itself reads it) for
+            non-local locations; local paths are read directly.
+    """
+
+    def __init__(self, location: str, spark: Any = None) -> None:
+        self.location = location.rstrip("/")
+        self._spark = spark
+
+    def _read(self, leaf: str) -> str | None:
+        path = f"{self.location}/{leaf}"
+        local = _local(path)
+        if local is not None:
+            try:
+                with open(local, encoding="utf-8") as fh:
+                    return fh.read()
+            except FileNotFoundError:
+                return None
+        if self._spark is None:
+            return None
+        jvm = self._spark._jvm  # noqa: SLF001 - py4j gateway: Hadoop's FileSystem reads any scheme Spark can
+        hpath = jvm.org.apache.hadoop.fs.Path(path)
+        fs = hpath.getFileSystem(self._spark._jsc.hadoopConfiguration())  # noqa: SLF001
+        if not fs.exists(hpath):
+            return None
+        stream = fs.open(hpath)
+        try:
+            return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def query_id(self) -> str | None:
+        """The checkpoint's query id, ``None`` when there is no ``metadata`` file."""
+        text = self._read("metadata")
+        if text is None:
+            return None
+        try:
+            return str(json.loads(text.strip().splitlines()[0])["id"])
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise CheckpointMismatchError(
+                f"Spark checkpoint {self.location}/metadata is not Spark's query metadata: {exc}"
+            ) from None
+
+    def batch_timestamp_ms(self, batch_id: int) -> int | None:
+        """``batchTimestampMs`` of batch ``batch_id`` from the offset log, ``None`` when absent."""
+        text = self._read(f"offsets/{batch_id}")
+        if text is None:
+            return None
+        lines = text.splitlines()
+        try:
+            value = json.loads(lines[1])["batchTimestampMs"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            log.warning("Spark offset log %s/offsets/%d has no batchTimestampMs", self.location, batch_id)
+            return None
+        return int(value) if isinstance(value, int) and value >= 0 else None
+
+
+def check_state_belongs(
+    *,
+    checkpoint: str,
+    state_query_id: str | None,
+    state_batch_id: int | None,
+    adopt: bool,
+    query_id: str | None,
+    batch_id: int,
+) -> bool:
+    """Check that a state saved after batch ``state_batch_id`` of query ``state_query_id`` may go on
+    with batch ``batch_id`` of query ``query_id``. Returns ``True`` when batch ``batch_id`` is already
+    in the state (a re-run after a crash that followed the state commit: nothing to do).
+
+    ``state_batch_id`` is ``None`` when there is no state at all, ``adopt`` is true when the state does not
+    name its query yet (written by :meth:`~ticdc_delta.delta.state_store.StateStore.reset`, or by a
+    version before this check: the first batch records it).
+
+    Raises:
+        CheckpointMismatchError: the state and the checkpoint do not belong together; the message says
+            what was found and how to recover.
+    """
+    where = f"job state {checkpoint}/state"
+    spark = f"Spark checkpoint {checkpoint}/spark"
+    if state_batch_id is None:
+        if batch_id == 0:
+            return False
+        raise CheckpointMismatchError(
+            f"{where} is missing or empty, but the {spark} is at batch {batch_id}: the state was deleted. "
+            "Its held rows, watermarks and type catalog are gone, so going on would lose rows and re-type "
+            f"columns. {RECOVERY_HINT}"
+        )
+    if not adopt and state_query_id != query_id:
+        raise CheckpointMismatchError(
+            f"{where} belongs to Spark query {state_query_id} (after batch {state_batch_id}) but the {spark} "
+            f"is query {query_id} at batch {batch_id}: the Spark checkpoint was deleted or replaced, and its "
+            f"new batches would be skipped as already committed. {RECOVERY_HINT}"
+        )
+    if state_batch_id < 0:  # reset: Spark must start over too
+        if batch_id == 0:
+            return False
+        raise CheckpointMismatchError(
+            f"{where} was reset, but the {spark} continues at batch {batch_id}: delete {checkpoint}/spark "
+            f"(the reset command does) before running. {RECOVERY_HINT}"
+        )
+    if state_batch_id == batch_id:
+        return True
+    if state_batch_id == batch_id - 1:
+        return False
+    if state_batch_id > batch_id:
+        raise CheckpointMismatchError(
+            f"{where} is at batch {state_batch_id}, ahead of the {spark} (batch {batch_id}): the Spark "
+            f"checkpoint was restored from an older copy. {RECOVERY_HINT}"
+        )
+    raise CheckpointMismatchError(
+        f"{where} is at batch {state_batch_id}, but the {spark} is at batch {batch_id}: batches "
+        f"{state_batch_id + 1}..{batch_id - 1} ran without this state (it was restored from an older copy). "
+        f"{RECOVERY_HINT}"
+    )
