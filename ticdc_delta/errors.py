@@ -33,6 +33,7 @@ __all__ = [
     "ConcurrentCommitError",
     "DDLPolicyError",
     "SinkError",
+    "UnwritableValueError",
     "IdentifierError",
     "ImplausibleTimestampError",
     "CheckpointMismatchError",
@@ -201,6 +202,12 @@ class DDLPolicyError(TerminalError):
 
 class SinkError(TerminalError):
     """Writing to the Delta sink failed in a way retrying cannot fix."""
+
+
+class UnwritableValueError(SinkError):
+    """Row changes carry values no Delta column can hold (a DATE ``2024-13-45``, a DECIMAL beyond its
+    precision) and ``dead_letter.fail_on_error`` is set; names each change's coordinates (topic,
+    partition, offset), table, column and value. Raised before anything of the batch is committed."""
 
 
 class IdentifierError(SinkError):

@@ -41,7 +41,14 @@ Choices worth knowing:
   change makes ambiguous takes its first occurrence (``fold=0``). DATETIME has no zone and is stored as
   Delta ``timestamp_ntz``.
 * **Zero dates.** MySQL's zero and partly-zero dates (``0000-00-00``, ``2020-00-15``, year ``0000``) have
-  no Delta value and are written as null.
+  no Delta value and are written as null; so are the dates ``ALLOW_INVALID_DATES`` lets TiDB store (month
+  1..12 and day 1..31 that the month does not have, ``2024-02-30``), as MySQL's own date functions read
+  them. The same holds for the date part of DATETIME and TIMESTAMP. A date no MySQL mode stores
+  (``2024-13-45``) is not written: it is bad input (see :mod:`ticdc_delta.delta.value_check`).
+* **TIME** is TiDB's text as it comes: beyond 24 hours, negative, with a fraction (``838:59:59``,
+  ``-12:00:00.5``); no Delta type holds a duration of that range.
+* **Text** must be Unicode scalar values (a lone surrogate, which no UTF-8 file holds, is refused); NUL
+  characters are kept.
 * **ENUM/SET.** The label is stored. Where the wire carries the number (index for ENUM, bit mask for SET:
   Open Protocol, Craft, Canal-JSON) and the members are known from DDL, the number becomes the label(s);
   SET labels are joined with ``","`` in definition order, as MySQL prints them. ENUM index 0 (MySQL's
@@ -66,7 +73,7 @@ from ticdc_delta.codec.model import (
     TypeCode,
     is_binary_column,
 )
-from ticdc_delta.errors import ConfigError, SinkError
+from ticdc_delta.errors import ConfigError, SinkError, preview
 
 __all__ = [
     "TypeParams",
@@ -222,13 +229,29 @@ def source_zone(tz: str) -> tzinfo:
 
 
 def _bad(value: Any, what: str) -> SinkError:
-    return SinkError(f"cannot write {value!r} as {what}")
+    return SinkError(f"cannot write {preview(value)} as {what}")
 
 
 def _is_zero_date(text: str) -> bool:
     # MySQL zero / partly-zero dates ("0000-00-00", "2020-00-15", "2020-01-00"); year 0 has no
     # proleptic-Gregorian value in Delta either.
     return text[0:4] == "0000" or text[5:7] == "00" or text[8:10] == "00"
+
+
+_YMD_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+
+
+def _is_allowed_invalid_date(text: str, parse: Callable[[str], Any]) -> bool:
+    """A date MySQL's ``ALLOW_INVALID_DATES`` stores: month 1..12, day 1..31, not a day of that month
+    (``2024-02-30``); the rest of the text (a time part) must be valid."""
+    m = _YMD_RE.match(text)
+    if m is None or not 1 <= int(m.group(2)) <= 12 or not 1 <= int(m.group(3)) <= 31:
+        return False
+    try:
+        parse(text[:8] + "01" + text[10:])
+    except ValueError:
+        return False
+    return True
 
 
 def _to_int64(value: Any) -> int | None:
@@ -299,7 +322,7 @@ def _to_text_decimal(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return value
+        return _to_str(value)
     if isinstance(value, (int, Decimal)):
         return str(value)
     raise _bad(value, "DECIMAL text")
@@ -319,6 +342,8 @@ def _to_date(value: Any) -> date | None:
     try:
         return date.fromisoformat(value)
     except ValueError:
+        if _is_allowed_invalid_date(value, date.fromisoformat):
+            return None
         raise _bad(value, "a DATE") from None
 
 
@@ -333,6 +358,8 @@ def _parse_wall_clock(value: Any, what: str) -> datetime | None:
     try:
         d = datetime.fromisoformat(value)
     except ValueError:
+        if _is_allowed_invalid_date(value, datetime.fromisoformat):
+            return None
         raise _bad(value, what) from None
     if d.tzinfo is not None:
         raise _bad(value, f"{what} (no zone expected)")
@@ -366,10 +393,16 @@ def _timestamp_converter(tz: str) -> Callable[[Any], datetime | None]:
 
 
 def _to_str(value: Any) -> str | None:
-    if value is None or type(value) is str:
-        return value
+    if value is None:
+        return None
     if isinstance(value, str):
-        return str(value)
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                # a lone surrogate (e.g. JSON "\\ud800"): no UTF-8 text, so no Delta string, holds it
+                raise _bad(value, "UTF-8 text (it holds a lone surrogate)") from None
+        return value if type(value) is str else str(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         try:
             return bytes(value).decode("utf-8")
@@ -406,7 +439,7 @@ def _null(_value: Any) -> None:
 def _enum_converter(members: tuple[str, ...] | None) -> Callable[[Any], str | None]:
     def convert(value: Any) -> str | None:
         if value is None or isinstance(value, str):
-            return value
+            return _to_str(value)
         if not isinstance(value, int) or isinstance(value, bool):
             raise _bad(value, "an ENUM (index or label)")
         if members is not None:
@@ -422,7 +455,7 @@ def _enum_converter(members: tuple[str, ...] | None) -> Callable[[Any], str | No
 def _set_converter(members: tuple[str, ...] | None) -> Callable[[Any], str | None]:
     def convert(value: Any) -> str | None:
         if value is None or isinstance(value, str):
-            return value
+            return _to_str(value)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise _bad(value, "a SET (bit mask or labels)")
         if members is not None and value >> len(members) == 0:

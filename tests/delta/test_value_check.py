@@ -1,0 +1,249 @@
+"""Values no Delta column can hold are refused per change, deterministically, before any commit (issue 7);
+MySQL's own odd values (zero dates, ALLOW_INVALID_DATES, TIME beyond 24 h) are not bad input."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+
+from ticdc_delta.codec.model import ColumnFlag as F, TypeCode as T
+from ticdc_delta.core.batch_planner import OFFSET_ORDER, WATERMARK, ConsumerState, ResolvedMark, plan_batch
+from ticdc_delta.core.merge import UPSERT, KeyResolver
+from ticdc_delta.core.records import ChangeRecord, DDLRecord
+from ticdc_delta.delta.applier import TableCatalog
+from ticdc_delta.delta.arrow_types import TypeParams, arrow_type_for, convert_value
+from ticdc_delta.delta.value_check import Rejection, ValueScreen, describe_rejections, value_bytes
+from ticdc_delta.errors import PREVIEW_LIMIT, SinkError
+
+KEY = int(F.HANDLE_KEY | F.PRIMARY_KEY)
+N = int(F.NULLABLE)
+U = int(F.UNSIGNED | F.NULLABLE)
+B = int(F.BINARY | F.NULLABLE)
+
+
+def change(offset: int, column: tuple, *, id_: int = 1, op: str = "insert", old: tuple | None = None,
+           ts: int | None = 100, schema: str = "s", table: str = "t", partition: int = 0) -> ChangeRecord:
+    new = (("id", int(T.BIGINT), KEY, id_), column)
+    return ChangeRecord(ts, "cdc", partition, offset, 0, schema, table, op, new, old)
+
+
+def screen_of(catalog: TableCatalog | None = None, tz: str = "UTC") -> ValueScreen:
+    return ValueScreen((catalog or TableCatalog()).params, tz)
+
+
+# --- one bad value per type the README maps --------------------------------------------------------
+
+BAD_VALUES = [
+    ("DATE month 13", ("d", int(T.DATE), N, "2024-13-45")),
+    ("DATE day 32", ("d", int(T.DATE), N, "2024-01-32")),
+    ("DATE not a date", ("d", int(T.DATE), N, "yesterday")),
+    ("DATETIME hour 24", ("dt", int(T.DATETIME), N, "2024-01-01 24:00:00")),
+    ("DATETIME month 13", ("dt", int(T.DATETIME), N, "2024-13-01 10:00:00")),
+    ("DATETIME with zone", ("dt", int(T.DATETIME), N, "2024-01-01 10:00:00+08:00")),
+    ("TIMESTAMP garbage", ("ts", int(T.TIMESTAMP), N, "2024-01-01 10:61:00")),
+    ("INT beyond int64", ("i", int(T.BIGINT), N, 1 << 63)),
+    ("INT as float above 2**64", ("i", int(T.BIGINT), N, 1.8446744073709552e19)),
+    ("INT not a number", ("i", int(T.INT), N, "12x")),
+    ("BIGINT UNSIGNED negative", ("u", int(T.BIGINT), U, -1)),
+    ("BIGINT UNSIGNED beyond 2**64", ("u", int(T.BIGINT), U, 1 << 64)),
+    ("YEAR 5 digits", ("y", int(T.YEAR), N, 12345)),
+    ("FLOAT text", ("f", int(T.DOUBLE), N, "fast")),
+    ("DECIMAL not a number", ("dec", int(T.DECIMAL), N, "12.3.4")),
+    ("DECIMAL infinity", ("dec", int(T.DECIMAL), N, "Infinity")),
+    ("BIT wider than 64", ("b", int(T.BIT), U, 1 << 64)),
+    ("BIT 9 bytes", ("b", int(T.BIT), U, b"\x01" * 9)),
+    ("ENUM float", ("e", int(T.ENUM), N, 1.5)),
+    ("SET negative", ("st", int(T.SET), N, -1)),
+    ("VARCHAR lone surrogate", ("v", int(T.VARCHAR), N, "a\ud800b")),
+    ("JSON lone surrogate", ("j", int(T.JSON), N, '{"k": "\udfff"}')),
+    ("ENUM label lone surrogate", ("e", int(T.ENUM), N, "\ud800")),
+    ("TEXT invalid UTF-8 bytes", ("v", int(T.BLOB), N, b"\xff\xfe")),
+    ("BLOB given as int", ("bl", int(T.BLOB), B, 7)),
+    ("unknown type code", ("x", 99, N, 1)),
+]
+
+
+@pytest.mark.parametrize("what,column", BAD_VALUES, ids=[c[0] for c in BAD_VALUES])
+def test_bad_value_is_refused_with_its_coordinates_table_column_and_value(what: str, column: tuple) -> None:
+    sc = screen_of()
+    good = change(3, ("other", int(T.INT), N, 5), id_=2)
+    bad = change(4, column, id_=1)
+    assert sc.rows([good, bad]) == [good]
+    [r] = sc.rejections
+    assert (r.topic, r.partition, r.offset, r.schema, r.table, r.column) == ("cdc", 0, 4, "s", "t", column[0])
+    assert r.value == column[3] and r.record == bad
+    assert "cannot write" in r.error or "type code" in r.error
+
+
+def test_decimal_beyond_its_precision_or_scale_is_refused() -> None:
+    catalog = TableCatalog()
+    catalog.set_params("s", "t", "dec", TypeParams(5, 2))
+    sc = screen_of(catalog)
+    ok = change(0, ("dec", int(T.DECIMAL), N, "123.45"), id_=1)
+    too_big = change(1, ("dec", int(T.DECIMAL), N, "1234.50"), id_=2)
+    too_fine = change(2, ("dec", int(T.DECIMAL), N, "1.234"), id_=3)
+    assert sc.rows([ok, too_big, too_fine]) == [ok]
+    assert [r.offset for r in sc.rejections] == [1, 2]
+    assert "DECIMAL(5,2)" in sc.rejections[0].error
+
+
+def test_old_image_values_are_checked_too() -> None:
+    sc = screen_of()
+    rec = change(0, ("d", int(T.DATE), N, "2024-01-01"), op="update",
+                 old=(("id", int(T.BIGINT), KEY, 1), ("d", int(T.DATE), N, "2024-99-01")))
+    assert sc.rows([rec]) == []
+    assert sc.rejections[0].value == "2024-99-01"
+
+
+@pytest.mark.parametrize("name,problem", [("a\x00b", "NUL"), ("", "empty"), ("x\ud800", "surrogate")])
+def test_column_name_no_delta_column_can_have_is_refused(name: str, problem: str) -> None:
+    sc = screen_of()
+    assert sc.rows([change(0, (name, int(T.INT), N, 1))]) == []
+    [r] = sc.rejections
+    assert r.column == name and problem in r.error
+
+
+def test_table_problem_refuses_every_change_of_the_table() -> None:
+    sc = ValueScreen(TableCatalog().params, table_problem=lambda s, t: "no location" if t == "bad" else None)
+    ok = change(0, ("a", int(T.INT), N, 1))
+    bad = change(1, ("a", int(T.INT), N, 1), table="bad")
+    assert sc.rows([ok, bad]) == [ok]
+    assert sc.rejections[0].column is None and sc.rejections[0].error == "no location"
+
+
+# --- MySQL's own odd values are written, each with its mapping ------------------------------------
+
+ODD_VALUES = [
+    (int(T.DATE), "0000-00-00", None),
+    (int(T.DATE), "2024-00-10", None),
+    (int(T.DATE), "2024-10-00", None),
+    (int(T.DATE), "2024-02-30", None),  # ALLOW_INVALID_DATES
+    (int(T.DATE), "2023-02-29", None),
+    (int(T.DATE), "2024-04-31", None),
+    (int(T.DATE), "2024-02-29", date(2024, 2, 29)),
+    (int(T.DATE), "0001-01-01", date(1, 1, 1)),
+    (int(T.DATETIME), "0000-00-00 00:00:00", None),
+    (int(T.DATETIME), "2024-02-30 10:11:12", None),
+    (int(T.DATETIME), "2024-02-30 10:11:12.123456", None),
+    (int(T.DATETIME), "2024-01-01 10:11:12.5", datetime(2024, 1, 1, 10, 11, 12, 500000)),
+    (int(T.DATETIME), "9999-12-31 23:59:59.999999", datetime(9999, 12, 31, 23, 59, 59, 999999)),
+    (int(T.TIMESTAMP), "0000-00-00 00:00:00", None),
+    (int(T.TIMESTAMP), "2024-02-30 00:00:00", None),
+    (int(T.TIMESTAMP), "1970-01-01 00:00:01.000001",
+     datetime(1970, 1, 1, 0, 0, 1, 1, tzinfo=timezone.utc)),
+    (int(T.TIME), "838:59:59", "838:59:59"),
+    (int(T.TIME), "-838:59:59", "-838:59:59"),
+    (int(T.TIME), "-12:00:00", "-12:00:00"),
+    (int(T.TIME), "100:00:00.500000", "100:00:00.500000"),
+    (int(T.YEAR), 0, 0),
+    (int(T.YEAR), 2155, 2155),
+    (int(T.VARCHAR), "a\x00b", "a\x00b"),
+    (int(T.JSON), '{"k": "\\ud800"}', '{"k": "\\ud800"}'),  # an escaped surrogate is valid JSON text
+    (int(T.ENUM), 0, "0"),  # members unknown: the number as text
+    (int(T.ENUM), 7, "7"),
+]
+
+
+@pytest.mark.parametrize("type_code,value,expected", ODD_VALUES)
+def test_mysql_odd_values_are_not_bad_input(type_code: int, value: object, expected: object) -> None:
+    sc = screen_of()
+    rec = change(0, ("c", type_code, N, value))
+    assert sc.rows([rec]) == [rec] and sc.rejections == []
+    assert convert_value(value, type_code, N) == expected
+    pa.array([convert_value(value, type_code, N)], type=arrow_type_for(type_code, N))  # writable
+
+
+def test_enum_and_set_numbers_outside_known_members_are_stored_as_text() -> None:
+    catalog = TableCatalog()
+    catalog.set_params("s", "t", "e", TypeParams(members=("a", "b")))
+    sc = screen_of(catalog)
+    recs = [change(0, ("e", int(T.ENUM), N, 5)), change(1, ("e", int(T.SET), N, 1 << 40), id_=2)]
+    assert sc.rows(recs) == recs
+    assert convert_value(5, T.ENUM, N, TypeParams(members=("a", "b"))) == "5"
+
+
+# --- the rule for the rest of the key, in the planner ---------------------------------------------
+
+
+def _final_values(plan) -> dict:
+    [step] = plan.steps
+    tc = step.tables[("s", "t")]
+    return {k: (c.kind, dict((n, v) for n, _, _, v in c.image)) for k, c in tc.changes.items()}
+
+
+@pytest.mark.parametrize("mode", [OFFSET_ORDER, WATERMARK])
+def test_a_refused_change_is_dropped_and_the_key_keeps_its_other_changes_in_order(mode: str) -> None:
+    d = ("d", int(T.DATE), N)
+    records = [
+        change(0, (*d, "2024-01-01"), id_=1, ts=10),
+        change(1, (*d, "2024-13-45"), id_=1, op="update", ts=11),  # refused: id 1 stays at 2024-01-01
+        change(2, (*d, "2024-01-02"), id_=2, ts=12),
+        change(3, (*d, "2024-99-99"), id_=2, op="update", ts=13),  # refused
+        change(4, (*d, "2024-01-04"), id_=2, op="update", ts=14),  # applies after the refused one
+        change(5, (*d, "bad"), id_=3, ts=15),  # refused: id 3 never appears
+    ]
+    sc = screen_of()
+    resolved = [ResolvedMark("cdc", 0, 6, 0, 20)]
+    plan = plan_batch(ConsumerState(), records, resolved, mode=mode, keys=KeyResolver(),
+                      partitions={"cdc": [0]}, screen=sc)
+    finals = _final_values(plan)
+    assert finals == {(1,): (UPSERT, {"id": 1, "d": "2024-01-01"}), (2,): (UPSERT, {"id": 2, "d": "2024-01-04"})}
+    assert [r.offset for r in sc.rejections] == [1, 3, 5]
+    # deterministic: a re-run of the batch refuses exactly the same changes
+    sc2 = screen_of()
+    plan_batch(ConsumerState(), records, resolved, mode=mode, keys=KeyResolver(), partitions={"cdc": [0]},
+               screen=sc2)
+    assert sc2.rejections == sc.rejections
+
+
+def test_held_rows_are_screened_when_released_not_when_they_arrive() -> None:
+    sc = screen_of()
+    bad = change(0, ("d", int(T.DATE), N, "2024-13-45"), ts=50)
+    plan = plan_batch(ConsumerState(), [bad], [ResolvedMark("cdc", 0, 1, 0, 10)], mode=WATERMARK,
+                      keys=KeyResolver(), partitions={"cdc": [0]}, screen=sc)
+    assert plan.held == 1 and sc.rejections == []
+    sc2 = screen_of()
+    plan2 = plan_batch(plan.state, [], [ResolvedMark("cdc", 0, 2, 0, 60)], mode=WATERMARK,
+                       keys=KeyResolver(), partitions={"cdc": [0]}, screen=sc2)
+    assert plan2.held == 0 and plan2.steps == [] and [r.offset for r in sc2.rejections] == [0]
+
+
+def test_decimal_after_a_ddl_of_the_batch_is_checked_only_as_a_number() -> None:
+    catalog = TableCatalog()
+    catalog.set_params("s", "t", "dec", TypeParams(5, 2))
+    sc = screen_of(catalog)
+    before = change(0, ("dec", int(T.DECIMAL), N, "1234.567"), id_=1, ts=10)
+    alter = DDLRecord(11, "cdc", 0, 1, 0, "s", "t", "ALTER TABLE t MODIFY dec DECIMAL(10,3)", None)
+    after = change(2, ("dec", int(T.DECIMAL), N, "1234.567"), id_=2, ts=12)
+    garbage = change(3, ("dec", int(T.DECIMAL), N, "x"), id_=3, ts=13)
+    plan = plan_batch(ConsumerState(), [before, alter, after, garbage], [ResolvedMark("cdc", 0, 4, 0, 20)],
+                      mode=WATERMARK, keys=KeyResolver(), partitions={"cdc": [0]}, screen=sc)
+    assert [r.offset for r in sc.rejections] == [0, 3]
+    # the refused row before the DDL leaves no rows step before it
+    assert isinstance(plan.steps[0], DDLRecord) and list(plan.steps[1].tables[("s", "t")].changes) == [(2,)]
+
+
+# --- error messages quote at most a preview; the dead-letter bytes are whole ------------------------
+
+
+def test_errors_quote_a_capped_preview_and_dead_letter_bytes_are_whole() -> None:
+    huge = "9" * 5_000_000 + "x"
+    with pytest.raises(SinkError) as info:
+        convert_value(huge, T.INT, N)
+    assert len(str(info.value)) < 3 * PREVIEW_LIMIT and "(5000001 bytes)" in str(info.value)
+    sc = screen_of()
+    sc.rows([change(0, ("i", int(T.INT), N, huge))])
+    [r] = sc.rejections
+    assert len(r.error) < 3 * PREVIEW_LIMIT and len(describe_rejections([r] * 10)) < 20 * PREVIEW_LIMIT
+    assert value_bytes(r.value) == huge.encode()
+    assert value_bytes("\ud800") == b"\xed\xa0\x80" and value_bytes(b"\x00\xff") == b"\x00\xff"
+    assert value_bytes(Decimal("1.5")) == b"1.5"
+
+
+def test_describe_rejections_names_coordinates_table_column() -> None:
+    r = Rejection("cdc", 2, 41, 0, "shop", "orders", "d", "2024-13-45", "cannot write '2024-13-45' as a DATE")
+    text = describe_rejections([r])
+    assert text == "cdc[2]@41 table 'shop'.'orders' column 'd': cannot write '2024-13-45' as a DATE"
