@@ -22,7 +22,7 @@ from ticdc_delta.config import (
     load_config,
     substitute_env,
 )
-from ticdc_delta.errors import ConfigError, TerminalError
+from ticdc_delta.errors import ConfigError, IdentifierError, TerminalError
 
 REPO = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO / "conf"
@@ -255,6 +255,32 @@ def test_table_path_uses_mapping_then_default() -> None:
     assert cfg.table_path("test", "orders") == "/lake/sales/orders"
     assert cfg.table_path("test", "users") == "/tmp/lake/test/users"
     assert cfg.table_path("nomap", "t") == "/tmp/lake/nomap/t"
+
+
+def test_table_path_encodes_and_folds_names() -> None:
+    cfg = config_from_mapping(_cfg(tables=TABLES), env={})
+    assert cfg.case_sensitive is False
+    assert cfg.table_path("Test", "ORDERS") == "/lake/sales/orders"  # the mapping matches any case
+    assert cfg.table_path("s", "../../escape") == "/tmp/lake/s/@002e.@002f..@002fescape"
+    assert cfg.table_path("/abs", "t") != cfg.table_path("abs", "t")
+    assert cfg.table_path("a/b", "t") != cfg.table_path("a", "b/t")
+    assert cfg.table_path("Shop", "Orders") == cfg.table_path("shop", "orders") == "/tmp/lake/shop/orders"
+    assert cfg.dead_letter_path == "/tmp/lake/_ticdc_dead_letter"
+    with pytest.raises(IdentifierError, match="table name is empty"):
+        cfg.table_path("s", "")
+
+
+def test_case_sensitive_option() -> None:
+    cfg = config_from_mapping(_cfg(case_sensitive=True, tables=TABLES), env={})
+    assert cfg.table_path("Shop", "Orders") == "/tmp/lake/Shop/Orders"
+    assert cfg.table_path("test", "orders") == "/lake/sales/orders"
+    assert cfg.table_path("Test", "orders") == "/tmp/lake/Test/orders"  # no longer matches test.orders
+    both = [{"source": "shop.orders"}, {"source": "Shop.Orders"}]
+    assert len(config_from_mapping(_cfg(case_sensitive=True, tables=both), env={}).tables) == 2
+    with pytest.raises(ConfigError, match=r"tables\[1\]\.source: already mapped by tables\[0\]"):
+        config_from_mapping(_cfg(tables=both), env={})
+    with pytest.raises(ConfigError, match="case_sensitive: Input should be a valid boolean"):
+        config_from_mapping(_cfg(case_sensitive="maybe"), env={})
 
 
 # -- errors name the YAML path -----------------------------------------------------------------------

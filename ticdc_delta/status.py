@@ -13,6 +13,7 @@ from typing import Any
 from .config import JobConfig
 from .core.records import load_record
 from .delta.state_store import StateStore
+from .locations import child_location
 
 __all__ = ["collect_status", "render_status"]
 
@@ -24,7 +25,7 @@ def _lag_s(ts: int | None, now: float) -> float | None:
 def collect_status(cfg: JobConfig, *, now: float | None = None) -> dict[str, Any]:
     """The job's status as a dict (see :func:`render_status`)."""
     now = time.time() if now is None else now
-    store = StateStore(cfg.checkpoint.rstrip("/") + "/state", cfg.changefeed,
+    store = StateStore(child_location(cfg.checkpoint, "state"), cfg.changefeed,
                        storage_options=cfg.sink.storage_options or None)
     state = store.load()
     if state is None:

@@ -87,13 +87,13 @@ def test_delta_rs_sink_is_a_table_sink(sink: DeltaRsSink) -> None:
 def test_default_and_explicit_table_paths(tmp_path: Path) -> None:
     sink = DeltaRsSink(str(tmp_path) + "/", paths={("a", "special"): "/elsewhere/x"})
     assert sink.table_path("shop", "items") == f"{tmp_path}/shop/items"
-    assert sink.table_path("my db", "t`1 表") == f"{tmp_path}/my db/t`1 表"
+    assert sink.table_path("my db", "t`1 表") == f"{tmp_path}/my@0020db/t@00601@0020@8868"
     assert sink.table_path("a", "special") == "/elsewhere/x"
-    assert sink.table_path("a/b", "..") == f"{tmp_path}/a@002fb/@002e@002e"
+    assert sink.table_path("a/b", "..") == f"{tmp_path}/a@002fb/@002e."
 
 
 def test_path_component_refuses_empty_names() -> None:
-    assert path_component("100%") == "100%"
+    assert path_component("100%") == "100@0025"
     with pytest.raises(SinkError, match="empty"):
         path_component("")
 
@@ -118,7 +118,7 @@ def test_awkward_identifiers_in_paths_and_predicates(sink: DeltaRsSink) -> None:
     )
     assert (stats.inserted, stats.updated, stats.deleted) == (0, 1, 1)
     assert rows_of(sink, ident, "k`ey") == [{"k`ey": 1, "名 字": "一", "a b": 10}]
-    assert os.path.isdir(os.path.join(sink.root, "my db 库", "t`1 表", "_delta_log"))
+    assert os.path.isdir(os.path.join(sink.root, path_component("my db 库"), path_component("t`1 表"), "_delta_log"))
 
 
 # --- ensure_table / add_columns ----------------------------------------------------------------------

@@ -117,6 +117,8 @@ class DeltaApplier:
         source_timezone: the zone TIMESTAMP text is read in.
         ddl_handler: replays one DDL; returns True if it changed anything (set by the job, see
             :mod:`ticdc_delta.delta.ddl_replay`).
+        case_sensitive: the job's ``case_sensitive`` setting; the DDL handler folds the names in DDL text
+            by it, as the planner folds the names of records.
     """
 
     def __init__(
@@ -129,6 +131,7 @@ class DeltaApplier:
         metadata_columns: tuple[str, str] | None = None,
         source_timezone: str = "UTC",
         ddl_handler: Callable[[DDLRecord, "DeltaApplier", int], bool] | None = None,
+        case_sensitive: bool = False,
     ) -> None:
         self.sink = sink
         self.app_id = app_id
@@ -137,6 +140,7 @@ class DeltaApplier:
         self.metadata_columns = metadata_columns
         self.tz = source_timezone
         self._ddl_handler = ddl_handler
+        self.case_sensitive = case_sensitive
         self._steps: dict[TableIdent, int] = {}
 
     # --- transactions --------------------------------------------------------------------------------

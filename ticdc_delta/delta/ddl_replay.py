@@ -40,6 +40,7 @@ were added.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -48,7 +49,8 @@ import pyarrow as pa
 
 from ..codec.model import INTEGER_TYPES, TypeCode
 from ..core.records import DDLRecord
-from ..errors import DDLPolicyError, SinkError
+from ..errors import DDLPolicyError, IdentifierError, SinkError
+from ..locations import fold_name
 from ..schema import ddl as d
 from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, converter_for, source_zone, widens
 from .sink import TableIdent
@@ -169,6 +171,8 @@ class DDLReplayer:
 
     def __call__(self, rec: DDLRecord, applier: "DeltaApplier", batch_id: int) -> bool:
         changes = d.parse_ddl(rec.query, default_schema=rec.schema, ddl_type=rec.ddl_type)
+        if not applier.case_sensitive:
+            changes = [_fold_names(c) for c in changes]
         changed = False
         for change in changes:
             cls = d.ddl_class(change)
@@ -193,7 +197,17 @@ class DDLReplayer:
             if policy == "ignore":
                 log.info("ddl.%s is ignore: skipping %r (commit ts %s)", cls, rec.query, rec.commit_ts)
                 continue
-            changed |= self._evolve(change, cls, rec, applier, batch_id)
+            try:
+                changed |= self._evolve(change, cls, rec, applier, batch_id)
+            except IdentifierError as exc:
+                if isinstance(change, (d.CreateTable, d.RenameTable)):
+                    raise DDLPolicyError(
+                        f"{cls} DDL at commit ts {rec.commit_ts} cannot be replayed: {exc}; set ddl.{cls}: ignore "
+                        f"to skip it: {rec.query!r}"
+                    ) from exc
+                # the table it names cannot have a Delta table (its rows went to the dead-letter table)
+                log.warning("%s DDL at commit ts %s names no Delta table (%s): nothing to change: %r",
+                            cls, rec.commit_ts, exc, rec.query)
         return changed
 
     # --- evolve ----------------------------------------------------------------------------------------
@@ -221,6 +235,7 @@ class DDLReplayer:
             return bool(sink.drop(ident))
         if isinstance(change, d.RenameTable):
             new = TableIdent(change.new_schema, change.new_table)
+            sink.table_path(*new)  # IdentifierError before anything moves: no location can hold the new name
             applier.catalog.rename_table(tuple(ident), tuple(new))
             moved = bool(sink.move(ident, new))
             applier.carry_steps(ident, new)
@@ -258,6 +273,7 @@ class DDLReplayer:
     def _create_table(self, change: "d.CreateTable", applier: "DeltaApplier", batch_id: int) -> bool:
         sink = applier.sink
         ident = TableIdent(change.schema, change.table)
+        sink.table_path(*ident)  # IdentifierError first: no location can hold the name
         if change.like is not None:
             like = sink.table_schema(TableIdent(*change.like))
             if like is None:
@@ -349,6 +365,25 @@ class DDLReplayer:
             return table.set_column(i, pa.field(name, new_type), column)
 
         return bool(applier.sink.rewrite(ident, cast, applier.next_txn(ident, batch_id)))
+
+
+_NAME_FIELDS = ("schema", "table", "new_schema", "new_table")
+
+
+def _fold_names(change: Any) -> Any:
+    """``change`` with the schema and table names it holds lower-cased (not column or index names):
+    names in DDL text enter the job here, as those of records enter it in the planner."""
+    updates: dict[str, Any] = {}
+    if isinstance(change, (d.CreateDatabase, d.DropDatabase)):
+        updates["name"] = fold_name(change.name)
+    for f in _NAME_FIELDS:
+        value = getattr(change, f, None)
+        if isinstance(value, str):
+            updates[f] = fold_name(value)
+    like = getattr(change, "like", None)
+    if like is not None:
+        updates["like"] = (fold_name(like[0]), fold_name(like[1]))
+    return dataclasses.replace(change, **updates) if updates else change
 
 
 def _find(schema: pa.Schema, name: str) -> str | None:

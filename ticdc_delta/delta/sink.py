@@ -48,6 +48,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.fs import DeltaStorageHandler
 
 from ticdc_delta.errors import ConcurrentCommitError, SinkError
+from ticdc_delta.locations import check_inside, decode_component, encode_component, table_location
 
 __all__ = [
     "OP_COLUMN",
@@ -218,28 +219,14 @@ def quote_identifier(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-# Characters a schema or table name may hold (MySQL allows any but NUL) that cannot be part of one
-# path component. Encoded the way MySQL names its own files (@XXXX, "Mapping of Identifiers to File
-# Names"); '%' escapes are no good here because delta-rs decodes them in local paths.
-_PATH_ESCAPES = {"/": "@002f", "\\": "@005c", "\x00": "@0000"}
-
-
 def path_component(name: str) -> str:
-    """A schema or table name as one path component.
-
-    Spaces, unicode, backticks and ``%`` are kept as they are; ``/``, ``\\`` and NUL, and the whole
-    names ``.`` and ``..``, are encoded as MySQL encodes file names (``a/b`` → ``a@002fb``).
+    """A schema or table name as one path component: :func:`ticdc_delta.locations.encode_component`
+    (letters, digits and ``_`` kept; ``a/b`` → ``a@002fb``).
 
     Raises:
-        SinkError: the name is empty.
+        IdentifierError: a name no location can hold (empty, NUL, too long once encoded).
     """
-    if not name:
-        raise SinkError("an empty schema or table name has no Delta path")
-    if name in (".", ".."):
-        return name.replace(".", "@002e")
-    if any(c in name for c in _PATH_ESCAPES):
-        return "".join(_PATH_ESCAPES.get(c, c) for c in name)
-    return name
+    return encode_component(name)
 
 
 def _plain_type(t: pa.DataType) -> pa.DataType:
@@ -309,12 +296,6 @@ def run_commit(
     ) from last
 
 
-def _unescape_component(name: str) -> str:
-    for raw, escaped in _PATH_ESCAPES.items():
-        name = name.replace(escaped, raw)
-    return name
-
-
 def _local_path(path: str) -> str | None:
     """The filesystem path of a local table location, or ``None`` for an object-store URI."""
     if "://" not in path:
@@ -364,8 +345,10 @@ class DeltaRsSink:
 
     Args:
         root: where tables live (local path or object-store URI); table ``(s, t)`` is at ``{root}/{s}/{t}``
-            (names through :func:`path_component`).
+            (names through :func:`ticdc_delta.locations.table_location`: encoded, checked to stay inside).
         paths: explicit locations for some tables, ``{(schema, table): path}``; they win over ``root``.
+        explicit: a function giving the explicit location of a table or ``None`` (the YAML mapping);
+            consulted after ``paths``. Explicit locations are the operator's and are used as given.
         storage_options: passed to delta-rs (object-store credentials and settings).
         max_retries: how many times a write lost to a concurrent commit is retried before
             :class:`~ticdc_delta.errors.ConcurrentCommitError`.
@@ -381,6 +364,7 @@ class DeltaRsSink:
         root: str,
         *,
         paths: Mapping[tuple[str, str], str] | None = None,
+        explicit: Callable[[str, str], str | None] | None = None,
         storage_options: Mapping[str, str] | None = None,
         max_retries: int = 5,
         retry_backoff_s: float = 0.05,
@@ -392,6 +376,7 @@ class DeltaRsSink:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         self.root = root.rstrip("/") or "/"
         self._paths = {TableIdent(*k): v for k, v in (paths or {}).items()}
+        self._explicit = explicit
         self._storage_options = dict(storage_options) if storage_options else None
         self._max_retries = max_retries
         self._backoff = retry_backoff_s
@@ -400,18 +385,36 @@ class DeltaRsSink:
     # --- locations ------------------------------------------------------------------------------------
 
     def table_path(self, schema: str, table: str) -> str:
-        """``{root}/{schema}/{table}`` unless ``paths`` names the table.
+        """``{root}/{schema}/{table}`` (encoded names) unless ``paths`` or ``explicit`` names the table.
 
         Raises:
-            SinkError: an empty schema or table name.
+            IdentifierError: a name no location can hold (empty, NUL, too long once encoded).
         """
-        explicit = self._paths.get(TableIdent(schema, table))
+        explicit = self._explicit_path(schema, table)
         if explicit is not None:
             return explicit
-        return f"{self.root}/{path_component(schema)}/{path_component(table)}"
+        return table_location(self.root, schema, table)
+
+    def _explicit_path(self, schema: str, table: str) -> str | None:
+        explicit = self._paths.get(TableIdent(schema, table))
+        if explicit is None and self._explicit is not None:
+            explicit = self._explicit(schema, table)
+        return explicit
 
     def _path(self, ident: TableIdent) -> str:
         return self.table_path(ident[0], ident[1])
+
+    def _removable(self, ident: TableIdent) -> str:
+        """The location of ``ident`` for deleting files: an explicit location as configured, else one
+        checked once more to lie inside the root (never the root itself or anything above it).
+
+        Raises:
+            IdentifierError: the location is not inside the root.
+        """
+        path = self._path(ident)
+        if self._explicit_path(*ident) is None:
+            check_inside(self.root, path)
+        return path
 
     def _load(self, path: str) -> DeltaTable | None:
         """The table's latest snapshot, or ``None`` when there is none."""
@@ -774,7 +777,7 @@ class DeltaRsSink:
         Raises:
             SinkError: the new location is taken, or the files cannot be moved.
         """
-        src, dst = self._path(old), self._path(new)
+        src, dst = self._removable(old), self._removable(new)
         if src == dst:
             return False
         src_exists = DeltaTable.is_deltatable(src, storage_options=self._storage_options)
@@ -805,7 +808,11 @@ class DeltaRsSink:
         return True
 
     def tables_in_schema(self, schema: str) -> list[TableIdent]:
-        """The tables under ``{root}/{schema}/`` (local roots only; for DROP DATABASE)."""
+        """The tables under ``{root}/{schema}/`` (local roots only; for DROP DATABASE).
+
+        Directory names are decoded with :func:`ticdc_delta.locations.decode_component`; entries that are
+        not encoded names (not created by the job) are skipped and logged.
+        """
         local = _local_path(self.root)
         if local is None:
             return []
@@ -814,17 +821,22 @@ class DeltaRsSink:
             return []
         out = []
         for name in sorted(os.listdir(base)):
-            if os.path.isdir(os.path.join(base, name, "_delta_log")):
-                out.append(TableIdent(schema, _unescape_component(name)))
+            if not os.path.isdir(os.path.join(base, name, "_delta_log")):
+                continue
+            try:
+                out.append(TableIdent(schema, decode_component(name)))
+            except ValueError as exc:
+                log.warning("schema %r: leaving %s alone: %s", schema, os.path.join(base, name), exc)
         return out
 
     def drop(self, ident: TableIdent) -> bool:
         """Delete the table's files (its log first, so a crash part-way leaves no half table).
 
         Raises:
+            IdentifierError: the table's location is not inside the root.
             SinkError: the files cannot be removed.
         """
-        path = self._path(ident)
+        path = self._removable(ident)
         try:
             existed = DeltaTable.is_deltatable(path, storage_options=self._storage_options)
             local = _local_path(path)

@@ -16,6 +16,7 @@ from ..codec import DecodeContext, decoder_for
 from ..codec.model import DDLEvent, ResolvedEvent, RowChange
 from ..core.records import dump_record, record_from_event
 from ..errors import DecodeError
+from ..locations import table_name_problem
 
 __all__ = ["DECODED_SCHEMA", "DECODED_ARROW_SCHEMA", "DecoderSpec", "make_decode_fn", "decode_messages"]
 
@@ -102,6 +103,9 @@ def decode_messages(
                 if isinstance(ev, ResolvedEvent):
                     rows.append((idx, "resolved", ts, None))
                 elif isinstance(ev, (RowChange, DDLEvent)):
+                    if isinstance(ev, RowChange) and (bad := table_name_problem(ev.schema, ev.table)):
+                        # no Delta location can hold the table: the message goes to the dead-letter table
+                        raise DecodeError(decoder.protocol, bad, topic, part, off)
                     rows.append((idx, ev.kind, ts, dump_record(record_from_event(ev, topic, part, off, idx))))
         except DecodeError as exc:
             emit(topic, part, off, 0, "error", None, None, str(exc), key, value)
