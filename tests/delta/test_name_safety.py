@@ -240,3 +240,9 @@ def test_rows_of_a_table_no_location_can_hold_go_to_the_dead_letter_table() -> N
     assert "table name is empty" in errors[1]
     assert "needs 300 bytes as a path component; at most 255 fit" in errors[2] and len(errors[2]) < 400
     assert out["value"][1] == message(tables[1], 1)  # the dead-letter row keeps the message
+
+
+def test_readers_find_a_table_by_any_spelling(job: Job) -> None:
+    job.run(job.row("Shop", "Orders", id=1))
+    assert job.ids("SHOP", "orders") == [1] and job.ids("Shop", "Orders") == [1]
+    assert job.sink.table_path("Shop", "Orders") == job.cfg.table_path("shop", "orders")

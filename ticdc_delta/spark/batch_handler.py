@@ -87,6 +87,11 @@ class _ConfiguredSink(DeltaRsSink):
         )
         self._cfg = cfg
 
+    def table_path(self, schema: str, table: str) -> str:
+        """As :meth:`JobConfig.table_path`: readers that pass the upstream spelling (``Shop``, ``Orders``)
+        find the table the job wrote under the folded names."""
+        return super().table_path(self._cfg.fold_name(schema), self._cfg.fold_name(table))
+
 
 class BatchHandler:
     """Callable for ``DataStreamWriter.foreachBatch``; runs on the driver.
