@@ -348,9 +348,10 @@ class SourceConfig(_Model):
     topics: list[NonEmptyStr] | None = None
     protocol: Protocol
     options: Settings = {}
-    reader: Literal["python", "spark"] = "python"
     starting_offsets: Literal["earliest", "latest"] | dict[str, dict[int, int]] = "earliest"
     max_offsets_per_trigger: Annotated[int, BeforeValidator(_no_bool), Field(gt=0)] | None = None
+    # Spark's failOnDataLoss: offsets the checkpoint needs that Kafka no longer has stop the job (terminal)
+    fail_on_data_loss: bool = True
     # how far a resolved ts / commit ts may be ahead of the batch's clock; null = no check
     max_future_ts: Annotated[str, BeforeValidator(_trigger_interval)] | None = "1 hour"
     kafka: Settings = {}

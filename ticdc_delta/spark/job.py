@@ -1,9 +1,12 @@
 """The streaming job: Kafka readStream → :class:`~ticdc_delta.spark.batch_handler.BatchHandler`.
 
+The reader is Spark's Kafka source (:func:`~ticdc_delta.spark.kafka_source.read_kafka_stream`).
 ``run_job(cfg, once=True)`` processes everything available when it starts, then returns (the Airflow
-mode: Python streaming sources ignore ``trigger(availableNow=True)``, so it is
-``processAllAvailable()`` then ``stop()``). ``once=False`` runs until stopped, one micro-batch per
-``trigger_interval``.
+mode: ``trigger(availableNow=True)``, in batches of at most ``max_offsets_per_trigger``). ``once=False``
+runs until stopped, one micro-batch per ``trigger_interval``. After each committed batch the end offsets
+are mirrored to the consumer group ``ticdc-delta-<changefeed>`` (a ``StreamingQueryListener`` sees
+them once the batch is in the commit log). Failures come out typed (:func:`_unwrap`), so the CLI's exit
+code follows them: 75 for a broker that went away, 1 for lost data or a missing filesystem jar.
 """
 
 from __future__ import annotations
@@ -57,13 +60,64 @@ def build_handler(cfg: JobConfig) -> BatchHandler:
 
 
 def _unwrap(exc: BaseException, handler: BatchHandler) -> BaseException:
-    """The typed error behind a Spark exception: the handler's own, or the source's."""
-    if handler.error is not None:
-        return handler.error
+    """The typed error behind a Spark exception: the handler's own, else the source's or the JVM's
+    (found in the text of the handler's error or of ``exc``), else ``exc`` itself."""
+    from ..errors import TicdcDeltaError
     from .kafka_source import unwrap_source_error
 
-    typed = unwrap_source_error(exc)
-    return typed if typed is not None else exc
+    if isinstance(handler.error, TicdcDeltaError):
+        return handler.error
+    for candidate in (handler.error, exc):
+        if candidate is None:
+            continue
+        typed = unwrap_source_error(candidate)
+        if typed is not None:
+            return typed
+    return handler.error if handler.error is not None else exc
+
+
+def _group_mirror_listener(mirror: Any, query_name: str) -> Any:
+    """A :class:`StreamingQueryListener` that mirrors each finished batch of the query ``query_name`` to
+    the consumer group (Spark posts a progress event once the batch is in the commit log)."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class GroupMirrorListener(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            if event.progress.name == query_name:
+                commit_progress(mirror, event.progress)
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    return GroupMirrorListener()
+
+
+def commit_progress(mirror: Any, progress: Any) -> None:
+    """Mirror the end offsets of a query progress (``StreamingQueryProgress``) to the consumer group."""
+    import json
+
+    ends: dict[tuple[str, int], int] = {}
+    for source in progress.sources or ():
+        text = source.endOffset
+        try:
+            offsets = json.loads(text) if isinstance(text, str) else text
+        except ValueError:
+            continue
+        if not isinstance(offsets, dict):
+            continue
+        for topic, parts in offsets.items():
+            if isinstance(parts, dict):
+                for part, offset in parts.items():
+                    if isinstance(offset, int) and offset >= 0:
+                        ends[(str(topic), int(part))] = offset
+    if ends:
+        mirror.commit(ends)
 
 
 def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHandler | None = None) -> int:
@@ -72,7 +126,7 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
     Raises:
         TicdcDeltaError: typed failures (transient ones are worth a retry).
     """
-    from .kafka_source import read_kafka_stream
+    from .kafka_source import ConsumerGroupMirror, read_kafka_stream
 
     spark = spark or spark_for(cfg)
     handler = handler or build_handler(cfg)
@@ -80,35 +134,49 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
         spark,
         bootstrap_servers=cfg.source.bootstrap_servers,
         topics=cfg.topics,
-        starting_offsets=cfg.source.starting_offsets,
+        starting_offsets=handler.starting_offsets(cfg.source.starting_offsets),  # a reset's choice wins
         max_offsets_per_trigger=cfg.source.max_offsets_per_trigger,
         client_conf=dict(cfg.source.kafka),
-        reader=cfg.source.reader,
-        commit_group_id=cfg.consumer_group_id if cfg.source.reader == "python" else None,
+        fail_on_data_loss=cfg.source.fail_on_data_loss,
     )
+    query_name = f"ticdc_delta_{cfg.changefeed}".replace("-", "_").replace(".", "_")
     writer = (
         df.writeStream.foreachBatch(handler)
         .option("checkpointLocation", cfg.checkpoint.rstrip("/") + "/spark")
-        .queryName(f"ticdc_delta_{cfg.changefeed}".replace("-", "_").replace(".", "_"))
+        .queryName(query_name)
     )
-    if not once:
-        writer = writer.trigger(processingTime=cfg.trigger_interval)
-    query = writer.start()
+    writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=cfg.trigger_interval)
+    group = cfg.consumer_group_id
+    mirror = ConsumerGroupMirror(cfg.source.bootstrap_servers, group, dict(cfg.source.kafka)) if group else None
+    listener = _group_mirror_listener(mirror, query_name) if mirror is not None else None
+    if listener is not None:
+        spark.streams.addListener(listener)
     try:
-        if once:
-            query.processAllAvailable()
-        else:
-            query.awaitTermination()
-    except BaseException as exc:  # noqa: BLE001 - rethrown typed
-        err = _unwrap(exc, handler)
-        if err is exc:
-            raise
-        raise err from None
-    finally:
         try:
-            query.stop()
-        except Exception:  # noqa: BLE001 - stopping a failed query may fail again; the cause is raised
-            log.debug("stopping the query failed", exc_info=True)
+            query = writer.start()
+        except BaseException as exc:  # noqa: BLE001 - rethrown typed
+            err = _unwrap(exc, handler)
+            if err is exc:
+                raise
+            raise err from None
+        try:
+            query.awaitTermination()
+        except BaseException as exc:  # noqa: BLE001 - rethrown typed
+            err = _unwrap(exc, handler)
+            if err is exc:
+                raise
+            raise err from None
+        finally:
+            try:
+                query.stop()
+            except Exception:  # noqa: BLE001 - stopping a failed query may fail again; the cause is raised
+                log.debug("stopping the query failed", exc_info=True)
+        if mirror is not None and query.lastProgress is not None:
+            # the listener bus is asynchronous: the last batch's progress may not have reached it yet
+            commit_progress(mirror, query.lastProgress)
+    finally:
+        if listener is not None:
+            spark.streams.removeListener(listener)
     if handler.error is not None:
         raise handler.error
     return handler.batches

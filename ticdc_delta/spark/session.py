@@ -1,4 +1,9 @@
-"""A local-mode SparkSession sized for small machines, with ticdc-delta's data sources registered.
+"""A local-mode SparkSession sized for small machines, with Spark's Kafka source and Delta Lake on it.
+
+The JVM artifacts are the jars ``make`` fetched with Maven into ``.jars/spark`` (``spark.jars``); on a
+machine without that folder the session asks Spark's own resolver for the same coordinates
+(``spark.jars.packages``, :data:`ticdc_delta.jars.SPARK_PACKAGES`). Delta's SQL extension and catalog are
+set either way.
 
 Python workers (executors, the data-source planner and the streaming-source runner) are separate
 processes started by the JVM. They must import ``ticdc_delta`` and run the same interpreter as the
@@ -20,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["get_or_create_spark", "register_sources", "DEFAULT_CONFS", "LOCAL_CONFS", "package_root"]
+__all__ = ["get_or_create_spark", "jar_confs", "DEFAULT_CONFS", "DELTA_CONFS", "LOCAL_CONFS", "package_root"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +44,12 @@ DEFAULT_CONFS: dict[str, str] = {
     "spark.sql.adaptive.enabled": "false",
     # Python workers are forked from a daemon that has pyarrow, confluent-kafka and the codecs loaded
     "spark.python.daemon.module": "ticdc_delta.spark.worker_daemon",
+}
+
+#: Delta Lake's SQL extension and catalog (``delta-spark`` jars, see :func:`jar_confs`).
+DELTA_CONFS: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
 #: Only for ``local[...]`` masters: keep the driver on loopback (no host name lookups, nothing exposed).
@@ -60,6 +71,21 @@ def _python_path() -> str:
     return os.pathsep.join(parts)
 
 
+def jar_confs(user: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``spark.jars`` with the fetched jars (``.jars/spark``), else ``spark.jars.packages`` with their
+    coordinates; jars or packages the user set are kept and come first."""
+    from ticdc_delta.jars import SPARK_PACKAGES, spark_jars
+
+    user = user or {}
+    jars = spark_jars()
+    if jars:
+        key, ours = "spark.jars", jars
+    else:
+        key, ours = "spark.jars.packages", list(SPARK_PACKAGES)
+    theirs = [x for x in str(user.get(key, "")).split(",") if x.strip()]
+    return {key: ",".join(theirs + [x for x in ours if x not in theirs])}
+
+
 def get_or_create_spark(
     app_name: str,
     master: str | None = "local[2]",
@@ -69,9 +95,9 @@ def get_or_create_spark(
 
     ``master=None`` leaves the master to whoever launched Python (spark-submit's ``--master``).
 
-    The data sources of :func:`register_sources` are registered on the returned session either way.
-    ``confs`` override :data:`DEFAULT_CONFS`; JVM-level settings (driver memory, jars) only take effect
-    when this call starts the JVM.
+    ``confs`` override :data:`DEFAULT_CONFS`; JVM-level settings (driver memory, jars, Delta's extension)
+    only take effect when this call starts the JVM (under spark-submit, ``--jars``/``--packages`` and
+    ``--conf`` give them: see the README).
 
     Raises:
         TypeError: ``app_name`` is not a non-empty string or ``confs`` is not a mapping.
@@ -92,12 +118,14 @@ def get_or_create_spark(
         os.environ["PYTHONPATH"] = python_path
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        settings: dict[str, str] = dict(DEFAULT_CONFS)
+        settings: dict[str, str] = {**DEFAULT_CONFS, **DELTA_CONFS}
         if master is not None and master.startswith("local"):
             # a cluster's executors get the package from their own install or --py-files instead
             settings.update(LOCAL_CONFS)
             settings["spark.executorEnv.PYTHONPATH"] = python_path
-        settings.update({k: str(v) for k, v in (confs or {}).items()})
+        user = {k: str(v) for k, v in (confs or {}).items()}
+        settings.update(user)
+        settings.update(jar_confs(user))
         builder = SparkSession.builder.appName(app_name)
         if master is not None:
             builder = builder.master(master)
@@ -112,31 +140,4 @@ def get_or_create_spark(
                 spark.conf.set(key, str(value))
             except Exception as exc:  # static settings cannot change on a running session
                 log.warning("keeping %s of the running SparkSession: %s", key, exc)
-    register_sources(spark)
     return spark
-
-
-def register_sources(spark: "SparkSession") -> None:
-    """Register ticdc-delta's Python data sources (``ticdc-kafka``) on ``spark``.
-
-    Raises:
-        TypeError: ``spark`` is not a SparkSession.
-    """
-    from pyspark.sql import SparkSession
-
-    if not isinstance(spark, SparkSession):
-        raise TypeError(f"spark must be a SparkSession, got {type(spark).__name__}")
-    from ticdc_delta.spark.kafka_source import KafkaDataSource
-
-    if not _source_registered(spark, KafkaDataSource.name()):
-        spark.dataSource.register(KafkaDataSource)
-
-
-def _source_registered(spark: "SparkSession", name: str) -> bool:
-    """Whether ``name`` is registered already (re-registering works but logs a warning each time)."""
-    try:
-        manager = spark._jsparkSession.sessionState().dataSourceManager()
-        return bool(manager.dataSourceExists(name))
-    except Exception as exc:  # JVM internals of Spark 4.0; if they move, just register again
-        log.debug("cannot ask Spark whether %s is registered: %s", name, exc)
-        return False

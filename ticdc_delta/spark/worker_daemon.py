@@ -17,7 +17,6 @@ import ticdc_delta.codec.canal_json  # noqa: F401
 import ticdc_delta.codec.craft  # noqa: F401
 import ticdc_delta.codec.open_protocol  # noqa: F401
 import ticdc_delta.spark.decode  # noqa: F401
-import ticdc_delta.spark.kafka_source  # noqa: F401
 
 if __name__ == "__main__":
     runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)
