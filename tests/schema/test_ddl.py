@@ -325,7 +325,12 @@ CASES: list[Case] = [
         "CREATE TEMPORARY TABLE tmp (a INT)",
         [noop("temporary_table", "TiCDC does not replicate temporary tables", "tmp")],
     ),
-    Case("create-unsupported-column-type", "CREATE TABLE t (v VECTOR(3))", [Unknown("CREATE TABLE t (v VECTOR(3))", "unsupported column type 'VECTOR(3)'")]),
+    Case("create-unsupported-column-type", "CREATE TABLE t (v INET)", [Unknown("CREATE TABLE t (v INET)", "unsupported column type 'INET'")]),
+    Case(
+        "create-with-vector",
+        "CREATE TABLE t (id INT PRIMARY KEY, v VECTOR(3), w VECTOR)",
+        [CreateTable(S, "t", (col("id", "int", nullable=False), col("v", "vector(3)"), col("w", "vector")), ("id",))],
+    ),
     # ---------------------------------------------------------------- DROP / TRUNCATE / RENAME
     Case("drop-table", "DROP TABLE `test`.`t1`", [DropTable("test", "t1")], DDLType.DROP_TABLE),
     Case(
@@ -565,8 +570,13 @@ CASES: list[Case] = [
     Case("empty", "  ", [Unknown("  ", "no statement in the query")]),
     Case(
         "unknown-clause-among-known",
-        "ALTER TABLE t ADD COLUMN a INT, ADD COLUMN v VECTOR(3)",
-        [add("t", col("a", "int")), Unknown("ALTER TABLE t ADD COLUMN a INT, ADD COLUMN v VECTOR(3)", "unsupported column type 'VECTOR(3)'")],
+        "ALTER TABLE t ADD COLUMN a INT, ADD COLUMN v INET",
+        [add("t", col("a", "int")), Unknown("ALTER TABLE t ADD COLUMN a INT, ADD COLUMN v INET", "unsupported column type 'INET'")],
+    ),
+    Case(
+        "add-vector-column",
+        "ALTER TABLE t ADD COLUMN v VECTOR(768)",
+        [add("t", col("v", "vector(768)"))],
     ),
 ]
 

@@ -131,6 +131,9 @@ CASES: list[tuple[str, ColumnType, str]] = [
     ("bit", ColumnType(T.BIT, "bit", U, length=1), "bit(1)"),
     ("json", ColumnType(T.JSON, "json"), "json"),
     ("geometry", ColumnType(T.GEOMETRY, "geometry"), "geometry"),
+    # TiDB 8.4+ VECTOR: the dimension, when given, is the length
+    ("vector(3)", ColumnType(T.VECTOR_FLOAT32, "vector", length=3), "vector(3)"),
+    ("VECTOR", ColumnType(T.VECTOR_FLOAT32, "vector"), "vector"),
 ]
 
 
@@ -178,7 +181,7 @@ def test_shared_all_types_table_matches_type_codes() -> None:
     [
         ("", "expected a column type text"),
         ("   ", "expected a column type text"),
-        ("vector(3)", "unsupported column type 'VECTOR\\(3\\)'"),
+        ("inet", "unsupported column type 'INET'"),
         ("int not null", "more than a column type: 'NOT NULL'"),
         ("int default 1", "more than a column type"),
         ("int, b int", "not a single MySQL column type"),

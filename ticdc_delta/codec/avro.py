@@ -505,6 +505,8 @@ _TIDB_TYPES: dict[str, tuple[TypeCode, ColumnFlag, dict[str, _Conv]]] = {
     "TIMESTAMP": (TypeCode.TIMESTAMP, ColumnFlag.NONE, {"string": None}),
     "TIME": (TypeCode.TIME, ColumnFlag.NONE, {"string": None}),
     "YEAR": (TypeCode.YEAR, ColumnFlag.NONE, {"int": None, "long": None}),
+    # TiDB 8.4+ VECTOR: tiflow's type2TiDBType names it so; the value is its text form "[1,2,3]"
+    "TiDBVECTORFloat32": (TypeCode.VECTOR_FLOAT32, ColumnFlag.NONE, {"string": None}),
 }
 
 
@@ -1420,6 +1422,7 @@ _STRING_TIDB_TYPES = {
     TypeCode.TIMESTAMP: "TIMESTAMP",
     TypeCode.TIME: "TIME",
     TypeCode.JSON: "JSON",
+    TypeCode.VECTOR_FLOAT32: "TiDBVECTORFloat32",
 }
 
 

@@ -131,6 +131,7 @@ _MYSQL_TYPES: dict[str, tuple[int, bool]] = {
     "year": (_T.YEAR, False),
     "bit": (_T.BIT, False),
     "json": (_T.JSON, False),
+    "vector": (_T.VECTOR_FLOAT32, False),  # TiDB 8.4+: "vector" or "vector(N)"; the value is "[1,2,3]"
     "enum": (_T.ENUM, False),
     "set": (_T.SET, False),
     "char": (_T.STRING, False),
@@ -207,6 +208,7 @@ _TYPE_NAMES: dict[int, str] = {
     _T.VARCHAR: "varchar",
     _T.BIT: "bit",
     _T.JSON: "json",
+    _T.VECTOR_FLOAT32: "vector",
     _T.DECIMAL: "decimal",
     _T.ENUM: "enum",
     _T.SET: "set",
@@ -269,6 +271,7 @@ _JAVA_TYPES: dict[int, int] = {
     _T.SET: -7,  # BIT
     _T.BIT: -7,  # BIT
     _T.JSON: 12,  # VARCHAR
+    _T.VECTOR_FLOAT32: 12,  # VARCHAR: the text form
     _T.VARCHAR: 12,  # VARCHAR (BLOB when binary)
     _T.VAR_STRING: 12,
     _T.STRING: 1,  # CHAR (BLOB when binary)

@@ -305,7 +305,8 @@ _dec_bytes: Callable[[bytes], bytes] = bytes  # a slice already is a fresh bytes
 
 _SIGNED_OR_UNSIGNED = frozenset({1, 2, 3, 8, 9})  # TINYINT SMALLINT INT BIGINT MEDIUMINT
 _UNSIGNED_NUMBERS = frozenset({16, 247, 248})  # BIT ENUM SET: uvarint
-_TEXT_TYPES = frozenset({7, 10, 11, 12, 14, 245, 246})  # TIMESTAMP DATE TIME DATETIME NEWDATE JSON DECIMAL
+# TIMESTAMP DATE TIME DATETIME NEWDATE JSON DECIMAL, and VECTOR (225, TiDB 8.4+: its text form "[1,2,3]")
+_TEXT_TYPES = frozenset({7, 10, 11, 12, 14, 225, 245, 246})
 _BYTES_TYPES = frozenset({15, 249, 250, 251, 252, 253, 254})  # VARCHAR, *BLOB/*TEXT, VAR_STRING, STRING
 _FLOAT_TYPES = frozenset({4, 5})
 _KNOWN_TYPES = frozenset(int(t) for t in TypeCode)  # the rest of them (NULL, GEOMETRY) carry no value

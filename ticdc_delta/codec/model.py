@@ -16,6 +16,8 @@ FLOAT, DOUBLE                          ``float``
 DECIMAL                                ``str``, exactly as TiDB prints it (``"129012.1230000"``)
 DATE, DATETIME, TIMESTAMP, TIME        ``str`` as TiDB prints it
 JSON                                   ``str``
+VECTOR (TiDB 8.4+, type code 225)      ``str``, the text form TiCDC sends (``"[1,2.5,-3]"``); see
+                                       :func:`parse_vector` / :func:`format_vector`
 ENUM, SET                              ``int`` (index / bit mask) where the protocol sends numbers
                                        (Open Protocol, Craft, Canal-JSON); ``str`` label(s) where it
                                        sends labels (Avro)
@@ -59,6 +61,8 @@ __all__ = [
     "Event",
     "column_flag",
     "is_binary_column",
+    "parse_vector",
+    "format_vector",
     "INTEGER_TYPES",
     "TEXT_OR_BINARY_TYPES",
     "BLOB_TYPES",
@@ -121,6 +125,7 @@ class TypeCode(IntEnum):
     VAR_STRING = 253
     STRING = 254
     GEOMETRY = 255
+    VECTOR_FLOAT32 = 225  # TiDB v8.4+ VECTOR / VECTOR(N) (mysql.TypeTiDBVectorFloat32)
 
 
 INTEGER_TYPES = frozenset(
@@ -212,6 +217,41 @@ class Column(NamedTuple):
 def is_binary_column(type_code: int, flags: int) -> bool:
     """Whether a column's value is bytes rather than text (BLOB/BINARY/VARBINARY, binary flag)."""
     return type_code in TEXT_OR_BINARY_TYPES and bool(flags & ColumnFlag.BINARY)
+
+
+def parse_vector(text: str) -> list[float]:
+    """The float32 elements of a VECTOR value in TiDB's text form (``"[1,2.5,-3]"``; ``"[]"`` is empty).
+
+    Raises:
+        ValueError: not a bracketed list of finite numbers.
+    """
+    body = text.strip()
+    if len(body) < 2 or body[0] != "[" or body[-1] != "]":
+        raise ValueError("a VECTOR value must be a bracketed list such as [1,2.5,-3]")
+    inner = body[1:-1].strip()
+    if not inner:
+        return []
+    out = []
+    for item in inner.split(","):
+        x = float(item)  # ValueError for anything that is not a number
+        if x != x or x in (float("inf"), float("-inf")):
+            raise ValueError(f"a VECTOR element must be finite, got {item.strip()[:40]!r}")
+        out.append(x)
+    return out
+
+
+def _go_float32(x: float) -> str:
+    """Go's ``strconv.FormatFloat(float64(float32(x)), 'f', -1, 32)``: the shortest digits that read
+    back as the same float32, positional (``2.5``, ``0.0000001``, ``1234567``, ``-0``)."""
+    import numpy
+
+    return str(numpy.format_float_positional(numpy.float32(x), unique=True, trim="-"))
+
+
+def format_vector(values: Sequence[float]) -> str:
+    """TiDB's text form of a VECTOR (``types.VectorFloat32.String()``): ``[e1,e2,...]``, each element
+    the shortest positional text of its float32 value (``[1,2.5,-3]``)."""
+    return "[" + ",".join(_go_float32(float(v)) for v in values) + "]"
 
 
 _KEY_MASK = int(ColumnFlag.HANDLE_KEY | ColumnFlag.PRIMARY_KEY)

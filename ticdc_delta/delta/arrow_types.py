@@ -24,6 +24,7 @@ BIT                                         ``binary``                          
 CHAR, VARCHAR, TEXT (no binary flag)        ``string``                            the text
 BINARY, VARBINARY, BLOB (binary flag)       ``binary``                            the bytes
 GEOMETRY                                    ``binary``                            the bytes
+VECTOR, VECTOR(N) (TiDB 8.4+)               ``array<float>`` / ``list<float32>``  the elements
 NULL                                        ``string``                            always null
 ==========================================  ====================================  ==========================
 
@@ -71,7 +72,9 @@ from ticdc_delta.codec.model import (
     ColumnFlag,
     TEXT_OR_BINARY_TYPES,
     TypeCode,
+    format_vector,
     is_binary_column,
+    parse_vector,
 )
 from ticdc_delta.errors import ConfigError, SinkError, preview
 
@@ -80,6 +83,7 @@ __all__ = [
     "MAX_DECIMAL_PRECISION",
     "BIGINT_UNSIGNED_TYPE",
     "BIT_WIDTH_BYTES",
+    "VECTOR_TYPE",
     "arrow_type_for",
     "arrow_field_for",
     "converter_for",
@@ -98,6 +102,9 @@ BIGINT_UNSIGNED_TYPE = pa.decimal128(20, 0)
 
 BIT_WIDTH_BYTES = 8
 """Every BIT value is stored as this many bytes, big-endian."""
+
+VECTOR_TYPE = pa.list_(pa.float32())
+"""Delta type of TiDB's VECTOR (float32 elements): ``array<float>``, what a lakehouse user queries."""
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
@@ -185,6 +192,8 @@ def arrow_type_for(type_code: int, flags: int, params: TypeParams | None = None)
         return pa.binary()
     if tc in TEXT_OR_BINARY_TYPES:
         return pa.binary() if is_binary_column(tc, flags) else pa.string()
+    if tc is TypeCode.VECTOR_FLOAT32:
+        return VECTOR_TYPE
     raise SinkError(f"no Delta type for TiCDC type code {type_code!r}")  # pragma: no cover - enum is closed
 
 
@@ -436,6 +445,20 @@ def _null(_value: Any) -> None:
     return None
 
 
+def _to_vector(value: Any) -> list[float] | None:
+    """A VECTOR's text form (``"[1,2.5,-3]"``, what TiCDC sends) as its float32 elements."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            return parse_vector(value)
+        except ValueError:
+            raise _bad(value, "a VECTOR ([x1,x2,...] of finite numbers)") from None
+    if isinstance(value, (list, tuple)):
+        return [float(v) for v in value]
+    raise _bad(value, "a VECTOR")
+
+
 def _enum_converter(members: tuple[str, ...] | None) -> Callable[[Any], str | None]:
     def convert(value: Any) -> str | None:
         if value is None or isinstance(value, str):
@@ -507,6 +530,8 @@ def converter_for(
         return _set_converter(params.members)
     if tc is TypeCode.BIT:
         return _to_bit
+    if tc is TypeCode.VECTOR_FLOAT32:
+        return _to_vector
     if pa.types.is_binary(target):
         return _to_bytes
     return _to_str
@@ -604,6 +629,8 @@ def canonical_from_delta(
         return value if enum_labels else _label_to_number(value, tc, params.members)
     if tc is TypeCode.NULL:
         return None
+    if tc is TypeCode.VECTOR_FLOAT32:
+        return format_vector(value)
     if pa.types.is_binary(target):
         return bytes(value)
     return str(value)

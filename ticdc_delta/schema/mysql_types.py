@@ -196,6 +196,7 @@ _TYPES: dict[exp.DataType.Type, tuple[TypeCode, bool, bool, str]] = {
     _D.SET: (TypeCode.SET, False, False, "set"),
     _D.BIT: (TypeCode.BIT, True, False, "bit"),
     _D.GEOMETRY: (TypeCode.GEOMETRY, False, False, "geometry"),
+    _D.VECTOR: (TypeCode.VECTOR_FLOAT32, False, False, "vector"),  # TiDB 8.4+ VECTOR / VECTOR(N): N is length
 }
 
 _TEXT_BY_CODE = {
@@ -291,7 +292,7 @@ def column_type_from_sqlglot(
     to the type are read (CHARACTER SET, COLLATE, the BINARY attribute, ZEROFILL).
 
     Raises:
-        UnsupportedColumnTypeError: the type has no TiCDC type code (e.g. VECTOR, arrays) or a parameter
+        UnsupportedColumnTypeError: the type has no TiCDC type code (e.g. INET, arrays) or a parameter
             that is not a non-negative integer.
     """
     entry = _TYPES.get(kind.this)
