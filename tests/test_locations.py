@@ -122,6 +122,13 @@ def test_check_inside_refuses_locations_outside(root: str, location: str) -> Non
         check_inside(root, location)
 
 
+def test_roots_may_hold_dotdot() -> None:
+    assert table_location("../lake", "s", "t") == "../lake/s/t"
+    assert table_location("/data/../lake/", "s", "..") == "/data/../lake/s/@002e."
+    with pytest.raises(IdentifierError, match="is not inside its root"):
+        check_inside("../lake", "../lake/s/../../x")
+
+
 def test_child_locations() -> None:
     assert child_location("/ckpt/", "state") == "/ckpt/state"
     assert child_location("s3://b/lake", "_ticdc_dead_letter") == "s3://b/lake/_ticdc_dead_letter"

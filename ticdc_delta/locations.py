@@ -31,8 +31,8 @@ Plain Python (no pyspark, no delta-rs): the config, the planner and the executor
 from __future__ import annotations
 
 import functools
-import posixpath
 import re
+
 from .errors import IdentifierError
 
 __all__ = [
@@ -171,21 +171,21 @@ def _split(location: str) -> tuple[str, list[str]]:
 
 
 def check_inside(root: str, location: str) -> str:
-    """``location``, after checking it lies strictly below ``root`` (same scheme and bucket, no ``..``
-    component, not ``root`` itself).
+    """``location``, after checking it lies strictly below ``root``: same scheme and bucket, the root's
+    own components first, then at least one more, none of them ``..`` or holding ``\\`` or NUL. (The
+    root is the operator's and may itself hold ``..``, e.g. ``../lake``.)
 
     Raises:
         IdentifierError: ``location`` is not inside ``root``.
     """
     root_prefix, root_parts = _split(root)
     prefix, parts = _split(location)
-    root_norm = posixpath.normpath("/" + "/".join(root_parts))
+    below = parts[len(root_parts) :]
     if (
         prefix != root_prefix
-        or ".." in parts
-        or any("\\" in p or "\x00" in p for p in parts[len(root_parts) :])
-        or len(parts) <= len(root_parts)
-        or posixpath.normpath("/" + "/".join(parts[: len(root_parts)])) != root_norm
+        or parts[: len(root_parts)] != root_parts
+        or not below
+        or any(p == ".." or "\\" in p or "\x00" in p for p in below)
     ):
         raise IdentifierError(f"location {location!r} is not inside its root {root!r}; refusing to use it")
     return location
