@@ -31,7 +31,7 @@ def change(offset: int, column: tuple, *, id_: int = 1, op: str = "insert", old:
 
 
 def screen_of(catalog: TableCatalog | None = None, tz: str = "UTC") -> ValueScreen:
-    return ValueScreen((catalog or TableCatalog()).params, tz)
+    return ValueScreen(catalog or TableCatalog(), tz)
 
 
 # --- one bad value per type the README maps --------------------------------------------------------
@@ -107,7 +107,7 @@ def test_column_name_no_delta_column_can_have_is_refused(name: str, problem: str
 
 
 def test_table_problem_refuses_every_change_of_the_table() -> None:
-    sc = ValueScreen(TableCatalog().params, table_problem=lambda s, t: "no location" if t == "bad" else None)
+    sc = ValueScreen(TableCatalog(), table_problem=lambda s, t: "no location" if t == "bad" else None)
     ok = change(0, ("a", int(T.INT), N, 1))
     bad = change(1, ("a", int(T.INT), N, 1), table="bad")
     assert sc.rows([ok, bad]) == [ok]
@@ -211,7 +211,7 @@ def test_held_rows_are_screened_when_released_not_when_they_arrive() -> None:
     assert plan2.held == 0 and plan2.steps == [] and [r.offset for r in sc2.rejections] == [0]
 
 
-def test_decimal_after_a_ddl_of_the_batch_is_checked_only_as_a_number() -> None:
+def test_decimal_follows_the_parameters_a_ddl_of_the_batch_gives() -> None:
     catalog = TableCatalog()
     catalog.set_params("s", "t", "dec", TypeParams(5, 2))
     sc = screen_of(catalog)
@@ -224,6 +224,37 @@ def test_decimal_after_a_ddl_of_the_batch_is_checked_only_as_a_number() -> None:
     assert [r.offset for r in sc.rejections] == [0, 3]
     # the refused row before the DDL leaves no rows step before it
     assert isinstance(plan.steps[0], DDLRecord) and list(plan.steps[1].tables[("s", "t")].changes) == [(2,)]
+    assert catalog.params("s", "t", "dec") == TypeParams(5, 2)  # the job's catalog is not touched
+
+
+def test_create_table_in_the_same_batch_types_its_first_rows() -> None:
+    sc = screen_of()
+    create = DDLRecord(10, "cdc", 0, 0, 0, "S", "U", "CREATE TABLE `U` (`id` INT PRIMARY KEY, `amt` DECIMAL(5,2))",
+                       None)
+    rows = [change(1, ("amt", int(T.DECIMAL), N, "1234.567"), table="u", ts=11),
+            change(2, ("amt", int(T.DECIMAL), N, "12.5"), id_=2, table="u", ts=12)]
+    plan_batch(ConsumerState(), [create, *rows], [], mode=OFFSET_ORDER, keys=KeyResolver(), screen=sc)
+    assert [(r.offset, r.column) for r in sc.rejections] == [(1, "amt")]
+    assert "DECIMAL(5,2)" in sc.rejections[0].error
+
+
+@pytest.mark.parametrize("policy,rejected", [("evolve", [1]), ("ignore", [])])
+def test_a_ddl_the_policy_ignores_changes_no_parameters(policy: str, rejected: list[int]) -> None:
+    sc = ValueScreen(TableCatalog(), ddl_policy=lambda cls: policy)
+    create = DDLRecord(10, "cdc", 0, 0, 0, "s", "t", "CREATE TABLE t (id INT PRIMARY KEY, amt DECIMAL(3,0))", None)
+    plan_batch(ConsumerState(), [create, change(1, ("amt", int(T.DECIMAL), N, "12345"))], [], mode=OFFSET_ORDER,
+               keys=KeyResolver(), screen=sc)
+    assert [r.offset for r in sc.rejections] == rejected
+
+
+def test_after_a_ddl_it_cannot_follow_decimals_are_checked_only_as_numbers() -> None:
+    catalog = TableCatalog()
+    catalog.set_params("s", "t", "dec", TypeParams(3, 0))
+    sc = screen_of(catalog)
+    sc.ddl(DDLRecord(10, "cdc", 0, 0, 0, "s", "", "DROP DATABASE s", None))
+    ok = change(1, ("dec", int(T.DECIMAL), N, "12345"))
+    assert sc.rows([ok, change(2, ("dec", int(T.DECIMAL), N, "1e"), id_=2)]) == [ok]
+    assert [r.offset for r in sc.rejections] == [2]
 
 
 # --- error messages quote at most a preview; the dead-letter bytes are whole ------------------------

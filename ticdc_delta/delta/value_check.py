@@ -13,11 +13,14 @@ conversion). A change with a value that does not is dropped whole and recorded a
 stops under ``dead_letter.fail_on_error``. The other changes of the same key apply in order, as if the
 dropped one had never come: an update dropped after an insert leaves the inserted row.
 
-The decision depends only on the records, the type parameters known at the start of the batch and the
-source time zone, so a re-run of a crashed batch rejects exactly the same changes. A DDL applied in the
-batch may change a table's DECIMAL precision and scale; DECIMAL values of that table after the DDL are
-then checked only for being decimal numbers, and their exact ``(p, s)`` fit is left to the MERGE (a
-value that does not fit there stops the batch with an error naming the table and column).
+The decision depends only on the records, the type parameters known at the start of the batch (the
+job's :class:`~ticdc_delta.delta.applier.TableCatalog`, from its state) and the source time zone, so a
+re-run of a crashed batch rejects exactly the same changes. DDL of the batch change type parameters
+between its rows (``CREATE TABLE`` with a ``DECIMAL(5,2)`` and its first rows in one batch is common): the
+screen follows them on its own copy of the catalog, as the DDL replay will (same parser, same policies).
+Where it cannot (a DDL it cannot parse, ``DROP DATABASE``), DECIMAL values of that schema are from then on
+checked only for being decimal numbers, and their exact ``(p, s)`` fit is left to the MERGE (a value that
+does not fit there stops the batch with an error naming the table and column).
 
 :class:`Rejection` is the general "this record is refused for this reason" shape: anything that must
 keep a record out of the tables (an unwritable value, a table name no location can hold) can produce
@@ -33,7 +36,8 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 from ..codec.model import TypeCode
 from ..core.records import ChangeRecord, DDLRecord
 from ..errors import SinkError, preview
-from .arrow_types import TypeParams, converter_for
+from .applier import TableCatalog
+from .arrow_types import converter_for
 
 __all__ = ["Rejection", "ValueScreen", "column_name_problem", "describe_rejections", "value_bytes"]
 
@@ -104,6 +108,12 @@ def describe_rejections(rejections: Sequence[Rejection], limit: int = 5) -> str:
     return "; ".join(lines)
 
 
+def _fold(name: str) -> str:
+    from ..locations import fold_name
+
+    return fold_name(name)
+
+
 def _is_decimal_number(value: Any) -> bool:
     if isinstance(value, bool):
         return False
@@ -125,9 +135,12 @@ class ValueScreen:
     """The planner's record screen: drops row changes with a value no Delta column can hold.
 
     Args:
-        params: ``(schema, table, column) -> TypeParams | None``, the type parameters known at the
-            start of the batch (the applier's :class:`~ticdc_delta.delta.applier.TableCatalog`).
+        catalog: the type parameters known at the start of the batch (copied: DDL of the batch change
+            the copy, never the job's catalog).
         source_timezone: the zone TIMESTAMP text is read in.
+        ddl_policy: ``DDL class -> policy`` (the job's ``ddl:`` section); a DDL whose policy is not
+            ``evolve`` changes no type parameter. ``None``: every DDL evolves.
+        case_sensitive: the job's ``case_sensitive``; names in DDL text are folded as the replay folds them.
         table_problem: optional ``(schema, table) -> reason or None``: refuse every change of a table
             for that reason (e.g. a name no location can hold).
 
@@ -136,24 +149,62 @@ class ValueScreen:
 
     def __init__(
         self,
-        params: Callable[[str, str, str], TypeParams | None],
+        catalog: TableCatalog,
         source_timezone: str = "UTC",
         *,
+        ddl_policy: Callable[[str], str] | None = None,
+        case_sensitive: bool = False,
         table_problem: Callable[[str, str], str | None] | None = None,
     ) -> None:
-        if not callable(params):
-            raise TypeError(f"params must be callable, got {type(params).__name__}")
-        self._params = params
+        if not isinstance(catalog, TableCatalog):
+            raise TypeError(f"catalog must be a TableCatalog, got {type(catalog).__name__}")
+        self._catalog = TableCatalog(catalog.to_json())
+        self._params = self._catalog.params
         self._tz = source_timezone
+        self._policy = ddl_policy
+        self._case_sensitive = case_sensitive
         self._table_problem = table_problem
         self._changed_schemas: set[str] = set()
         self.rejections: list[Rejection] = []
 
     def ddl(self, record: DDLRecord) -> None:
-        """A DDL comes before the next rows: type parameters of its table may change from here on."""
-        # The statement is not parsed here (RENAME TABLE and CREATE TABLE ... LIKE name other tables
-        # than the record's): any table of the schema may have new parameters after it.
-        self._changed_schemas.add(record.schema)
+        """A DDL comes before the next rows: follow what it does to type parameters."""
+        from ..schema import ddl as d
+        from .ddl_replay import column_params
+
+        try:
+            changes = d.parse_ddl(record.query, default_schema=record.schema, ddl_type=record.ddl_type)
+        except Exception:  # noqa: BLE001 - the replay reports it; here: parameters unknown from now on
+            self._changed_schemas.add(record.schema)
+            return
+        fold = (lambda n: n) if self._case_sensitive else _fold
+        cat = self._catalog
+        for change in changes:
+            cls = d.ddl_class(change)
+            if cls == "unknown" or isinstance(change, d.DropDatabase):
+                self._changed_schemas.add(fold(getattr(change, "name", record.schema)))
+                continue
+            if self._policy is not None and self._policy(cls) != "evolve":
+                continue
+            schema, table = fold(getattr(change, "schema", record.schema)), fold(getattr(change, "table", "") or "")
+            if isinstance(change, d.CreateTable):
+                if change.like is not None:
+                    cat.copy_table((fold(change.like[0]), fold(change.like[1])), (schema, table))
+                for col in change.columns:
+                    cat.set_params(schema, table, col.name, column_params(col))
+            elif isinstance(change, d.AddColumns):
+                for col in change.columns:
+                    cat.set_params(schema, table, col.name, column_params(col))
+            elif isinstance(change, d.ModifyColumn):
+                cat.set_params(schema, table, change.column.name, column_params(change.column))
+            elif isinstance(change, d.DropColumn):
+                cat.drop_column(schema, table, change.name)
+            elif isinstance(change, d.RenameColumn):
+                cat.rename_column(schema, table, change.old, change.new)
+            elif isinstance(change, d.RenameTable):
+                cat.rename_table((schema, table), (fold(change.new_schema), fold(change.new_table)))
+            elif isinstance(change, d.DropTable):
+                cat.drop_table(schema, table)
 
     def rows(self, records: Iterable[ChangeRecord]) -> list[ChangeRecord]:
         """The changes of ``records`` whose every value converts; the others become rejections."""

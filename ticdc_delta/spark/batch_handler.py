@@ -30,12 +30,16 @@ from ..config import JobConfig
 from ..core.batch_planner import OFFSET_ORDER, WATERMARK, ConsumerState, ResolvedMark, plan_batch
 from ..core.merge import KeyResolver, MissingKeyError
 from ..core.ts_guard import TsGuard, tso_physical_ms
-from ..core.records import dump_record, load_record
+from ..core.records import ChangeRecord, dump_record, load_record
+from ..codec.json_output import value_to_json
+from ..delta.value_check import Rejection, ValueScreen, describe_rejections, value_bytes
 from ..delta.applier import ApplyResult, DeltaApplier, TableCatalog, TableOptions
 from ..delta.sink import DeltaRsSink, TableIdent, batch_txn
-from ..delta.state_store import PipelineState, StateStore
+from ..delta.state_store import RESET_BATCH_ID, PipelineState, StateStore
 from ..locations import child_location
-from ..errors import BrokerUnavailableError, DecodeError, ImplausibleTimestampError, TerminalError
+from ..errors import (
+    BrokerUnavailableError, DecodeError, ImplausibleTimestampError, TerminalError, UnwritableValueError,
+)
 from .checkpoint import SparkCheckpoint, check_state_belongs
 from .decode import DECODED_SCHEMA, DecoderSpec, make_decode_fn
 
@@ -60,8 +64,16 @@ DEAD_LETTER_SCHEMA = pa.schema(
         ("error", pa.string()),
         ("batch_id", pa.int64()),
         ("recorded_at", pa.timestamp("us", tz="UTC")),
+        # A decoded change refused for a value no Delta column can hold (key/value are null then):
+        ("schema", pa.string()),
+        ("table", pa.string()),
+        ("column", pa.string()),
+        ("column_value", pa.binary()),  # the full offending value (text as UTF-8)
+        ("row", pa.string()),  # the whole change as the `decode` command prints it (JSON)
     ]
 )
+"""Columns after ``recorded_at`` were added later: they are nullable, and a dead-letter table written
+before them gains them on the next append (:class:`_DeadLetterSink`)."""
 
 
 class InjectedFault(RuntimeError):
@@ -113,7 +125,7 @@ class BatchHandler:
         self.cfg = cfg
         self.mode = protocol_mode(cfg.source.protocol, cfg.source.options)
         self.sink = _ConfiguredSink(cfg)
-        self.dead_letters = DeltaRsSink(
+        self.dead_letters = _DeadLetterSink(
             cfg.dead_letter_path,
             paths={tuple(DEAD_LETTER_IDENT): cfg.dead_letter_path},
             storage_options=cfg.sink.storage_options or None,
@@ -170,21 +182,18 @@ class BatchHandler:
         return TableOptions(tuple(m.key) if m.key else None, tuple(m.partition_by), m.enabled)
 
     def _kafka_partitions(self, topic: str) -> list[int]:
-        from confluent_kafka import Consumer, KafkaException
+        return kafka_partitions(self.cfg, topic)
 
-        consumer = Consumer({**self.cfg.librdkafka_conf(), "group.id": "ticdc-delta-metadata"})
-        try:
-            md = consumer.list_topics(topic, timeout=10)
-        except KafkaException as exc:
-            raise BrokerUnavailableError(
-                f"Kafka at {self.cfg.source.bootstrap_servers} did not answer a metadata request: {exc}"
-            ) from None
-        finally:
-            consumer.close()
-        t = md.topics.get(topic)
-        if t is None or t.error is not None:
-            raise BrokerUnavailableError(f"topic {topic!r} is not available: {getattr(t, 'error', 'missing')}")
-        return sorted(t.partitions)
+    def starting_offsets(self, default: Any) -> Any:
+        """Where a new Spark checkpoint starts: the offsets a ``reset`` chose (:mod:`ticdc_delta.reset`)
+        while no batch has run since, else ``default`` (``source.starting_offsets``)."""
+        saved = self.store.load()
+        if saved is None or saved.batch_id != RESET_BATCH_ID or "starting_offsets" not in saved.meta:
+            return default
+        chosen = saved.meta["starting_offsets"]
+        if isinstance(chosen, dict):  # JSON: partition keys came back as strings
+            return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in chosen.items()}
+        return chosen
 
     def _fault(self, stage: str, batch_id: int) -> None:
         spec = os.environ.get(FAULT_ENV)
@@ -303,16 +312,22 @@ class BatchHandler:
         partitions = {t: self._partitions_of(t) for t in self.cfg.topics} if self.mode == WATERMARK else None
         t_plan = time.monotonic()
         timings["unpack"] = t_plan - started - timings["read_decode"]
+        # values no Delta column can hold: refused per change, in apply order, with the DDL of the batch
+        replay_policy = getattr(self._ddl_handler, "policy", None) if self._ddl_handler else (lambda cls: "ignore")
+        screen = ValueScreen(self._catalog, self.cfg.sink.source_timezone, ddl_policy=replay_policy,
+                             case_sensitive=self.cfg.case_sensitive)
         try:
             plan = plan_batch(
                 state, records, resolved, mode=self.mode, keys=KeyResolver(lookup=self._configured_key),
-                partitions=partitions, guard=guard, case_sensitive=self.cfg.case_sensitive,
+                partitions=partitions, guard=guard, case_sensitive=self.cfg.case_sensitive, screen=screen,
             )
         except MissingKeyError as exc:
             raise TerminalError(f"batch {batch_id}: {exc}") from exc
 
         if plan.rejected:
             self._dead_letter_implausible(batch_df, plan.rejected, batch_id)
+        if screen.rejections:
+            self._dead_letter_rejections(screen.rejections, batch_id)
         applier = DeltaApplier(
             _FaultySink(self.sink, lambda: self._fault("after_merge", batch_id)),
             self._app_id,
@@ -343,13 +358,22 @@ class BatchHandler:
             tables[name] = entry
         meta["tables"] = tables
         totals = dict(meta.get("totals", {}))
-        for key, n in (("replays_dropped", plan.replays_dropped), ("dead_letters", len(errors)),
+        for key, n in (("replays_dropped", plan.replays_dropped),
+                       ("dead_letters", len(errors) + len(screen.rejections)),
+                       ("dead_letter_values", len(screen.rejections)),
                        ("rows_applied", sum(result.rows.values())), ("implausible_ts", len(plan.rejected))):
             totals[key] = totals.get(key, 0) + n
         meta["totals"] = totals
         meta["topic_watermarks"] = {t: w for t, w in plan.topic_watermarks.items()}
         meta["checkpoint"] = {"query_id": query_id}
         meta.pop("reset", None)
+        meta.pop("starting_offsets", None)
+        # where each partition goes on after this batch: what `reset --from state` restarts from
+        next_offsets = {t: dict(v) for t, v in meta.get("next_offsets", {}).items()}
+        for (t, p), (_, last) in offsets.items():
+            seen = next_offsets.setdefault(t, {})
+            seen[str(p)] = max(int(seen.get(str(p), 0)), last + 1)
+        meta["next_offsets"] = next_offsets
         self._fault("before_state", batch_id)
         t_state = time.monotonic()
         self.store.save(
@@ -361,7 +385,8 @@ class BatchHandler:
         self._state, self._meta, self._loaded_batch = plan.state, meta, batch_id
         self.batches += 1
         self._fault("after_state", batch_id)
-        self._progress(batch_id, offsets, counts, plan, result, len(errors), time.monotonic() - started, timings)
+        self._progress(batch_id, offsets, counts, plan, result, len(errors) + len(screen.rejections),
+                       time.monotonic() - started, timings, values=len(screen.rejections))
 
     def _dead_letter(self, decoded: pa.Table, rows: list[int], batch_id: int) -> None:
         take = decoded.take(pa.array(rows, type=pa.int64()))
@@ -373,11 +398,10 @@ class BatchHandler:
                 f"first: {first}",
             )
         now = pa.array([int(time.time() * 1e6)] * len(rows), type=pa.timestamp("us", tz="UTC"))
-        table = pa.Table.from_arrays(
-            [take.column("topic"), take.column("partition"), take.column("offset"), take.column("key"),
-             take.column("value"), take.column("error"), pa.array([batch_id] * len(rows), type=pa.int64()), now],
-            schema=DEAD_LETTER_SCHEMA,
-        )
+        arrays = [take.column("topic"), take.column("partition"), take.column("offset"), take.column("key"),
+                  take.column("value"), take.column("error"), pa.array([batch_id] * len(rows), type=pa.int64()), now]
+        arrays += [pa.nulls(len(rows), f.type) for f in list(DEAD_LETTER_SCHEMA)[len(arrays):]]
+        table = pa.Table.from_arrays(arrays, schema=DEAD_LETTER_SCHEMA)
         self.dead_letters.append(DEAD_LETTER_IDENT, table, batch_txn(self._app_id + "/dead-letter", batch_id))
         log.warning("batch %d: %d undecodable message(s) sent to %s; first: %s",
                     batch_id, len(rows), self.cfg.dead_letter_path, first)
@@ -436,8 +460,31 @@ class BatchHandler:
         log.warning("batch %d: %d message(s) with an implausible ts sent to %s; first at %s: %s",
                     batch_id, len(coords), self.cfg.dead_letter_path, where, first.reason)
 
+    def _dead_letter_rejections(self, rejections: list[Rejection], batch_id: int) -> None:
+        """Refused changes (:class:`~ticdc_delta.delta.value_check.Rejection`) to the dead-letter table in
+        one append with this batch's transaction, or, under ``dead_letter.fail_on_error``, a terminal error
+        naming them, before anything of the batch is committed. Usable for any refusal that has a record."""
+        if self.cfg.dead_letter.fail_on_error:
+            raise UnwritableValueError(
+                f"batch {batch_id}: {len(rejections)} change(s) with a value no Delta column can hold and "
+                f"dead_letter.fail_on_error is set: {describe_rejections(rejections)}"
+            )
+        now = int(time.time() * 1e6)
+        columns: dict[str, list[Any]] = {name: [] for name in DEAD_LETTER_SCHEMA.names}
+        for r in rejections:
+            row = {"topic": r.topic, "partition": r.partition, "offset": r.offset, "error": f"{r.where()}: {r.error}",
+                   "batch_id": batch_id, "recorded_at": now, "schema": r.schema, "table": r.table,
+                   "column": r.column, "column_value": value_bytes(r.value),
+                   "row": None if r.record is None else _record_json(r.record)}
+            for name, values in columns.items():
+                values.append(row.get(name))
+        table = pa.Table.from_pydict(columns, schema=DEAD_LETTER_SCHEMA)
+        self.dead_letters.append(DEAD_LETTER_IDENT, table, batch_txn(self._app_id + "/dead-letter-values", batch_id))
+        log.warning("batch %d: %d change(s) with a value no Delta column can hold sent to %s: %s",
+                    batch_id, len(rejections), self.cfg.dead_letter_path, describe_rejections(rejections, 3))
+
     def _progress(self, batch_id: int, offsets: dict, counts: dict, plan: Any, result: ApplyResult,
-                  dead: int, seconds: float, timings: dict[str, float]) -> None:
+                  dead: int, seconds: float, timings: dict[str, float], *, values: int = 0) -> None:
         wms = [w for w in plan.topic_watermarks.values() if w is not None]
         low = min(wms) if wms else None
         lag = None if low is None else round(time.time() - tso_physical_ms(low) / 1000.0, 3)
@@ -451,6 +498,7 @@ class BatchHandler:
             "rows_held": plan.held,
             "replays_dropped": plan.replays_dropped,
             "dead_letters": dead,
+            "dead_letter_values": values,
             "implausible_ts": len(plan.rejected),
             "watermark": low,
             "watermark_lag_s": lag,
@@ -458,6 +506,28 @@ class BatchHandler:
             "timings": {k: round(v, 3) for k, v in timings.items()},
         }
         progress_log.info(json.dumps(line, sort_keys=False))
+
+
+class _DeadLetterSink(DeltaRsSink):
+    """The dead-letter table's sink: an append first adds the columns an older table lacks (nullable)."""
+
+    def append(self, ident: TableIdent, rows: pa.Table, txn: Any) -> Any:
+        existing = self.table_schema(ident)
+        if existing is not None:
+            missing = [f for f in rows.schema if existing.get_field_index(f.name) < 0]
+            if missing:
+                self.add_columns(ident, [f.with_nullable(True) for f in missing], txn)
+        return super().append(ident, rows, txn)
+
+
+def _record_json(record: ChangeRecord) -> str:
+    """A change as the ``decode`` command prints it; ASCII JSON, so lone surrogates survive as escapes."""
+    def image(cols: Any) -> Any:
+        return None if cols is None else {c[0]: value_to_json(c[3]) for c in cols}
+
+    return json.dumps({"kind": "row", "commit_ts": record.commit_ts, "schema": record.schema,
+                       "table": record.table, "op": record.op, "columns": image(record.new),
+                       "old": image(record.old)}, ensure_ascii=True)
 
 
 class _FaultySink:
@@ -475,6 +545,29 @@ class _FaultySink:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sink, name)
+
+
+def kafka_partitions(cfg: JobConfig, topic: str) -> list[int]:
+    """The partitions of ``topic`` (Kafka metadata).
+
+    Raises:
+        BrokerUnavailableError: the broker did not answer, or the topic is not available.
+    """
+    from confluent_kafka import Consumer, KafkaException
+
+    consumer = Consumer({**cfg.librdkafka_conf(), "group.id": "ticdc-delta-metadata"})
+    try:
+        md = consumer.list_topics(topic, timeout=10)
+    except KafkaException as exc:
+        raise BrokerUnavailableError(
+            f"Kafka at {cfg.source.bootstrap_servers} did not answer a metadata request: {exc}"
+        ) from None
+    finally:
+        consumer.close()
+    t = md.topics.get(topic)
+    if t is None or t.error is not None:
+        raise BrokerUnavailableError(f"topic {topic!r} is not available: {getattr(t, 'error', 'missing')}")
+    return sorted(t.partitions)
 
 
 def _join(base: str, leaf: str) -> str:
