@@ -1,4 +1,4 @@
-"""Command line: ``python -m ticdc_delta {decode,simulate,run,status}``.
+"""Command line: ``python -m ticdc_delta {decode,simulate,run,status,reset}``.
 
 Exit codes follow the error kinds (:mod:`ticdc_delta.errors`): 0 success, 1 terminal failure (bad
 input, bad configuration, a DDL refused by policy — retrying will not help), 2 usage error,
@@ -108,6 +108,38 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _offset_arg(items: Sequence[str]) -> dict[str, dict[int, int]]:
+    out: dict[str, dict[int, int]] = {}
+    for item in items:
+        where, sep, offset = item.rpartition("=")
+        topic, colon, partition = where.rpartition(":")
+        if not sep or not colon or not topic or not partition.isdigit() or not offset.lstrip("-").isdigit() \
+                or int(offset) < -2:
+            raise argparse.ArgumentTypeError(
+                f"--offset must look like TOPIC:PARTITION=OFFSET (OFFSET >= 0, -2 earliest, -1 latest), got {item!r}"
+            )
+        out.setdefault(topic, {})[int(partition)] = int(offset)
+    return out
+
+
+def _cmd_reset(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .reset import apply_reset, plan_reset
+
+    if bool(args.start) == bool(args.offset):
+        raise argparse.ArgumentTypeError("give exactly one of --from earliest|latest|state or --offset ...")
+    cfg = load_config(args.config)
+    _setup_logging(cfg.log_level)
+    plan = plan_reset(cfg, args.start or _offset_arg(args.offset))
+    print(plan.describe(), file=sys.stderr)
+    if not args.yes:
+        print("nothing changed: stop every job of this changefeed, then add --yes to reset", file=sys.stderr)
+        return EXIT_USAGE
+    apply_reset(cfg, plan)
+    print(f"ticdc-delta: changefeed {cfg.changefeed} reset; the next run starts at batch 0", file=sys.stderr)
+    return EXIT_OK
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -141,6 +173,16 @@ def _build_parser() -> argparse.ArgumentParser:
     st.add_argument("--config", required=True, help="the job's YAML file")
     st.add_argument("--json", action="store_true", help="print JSON instead of a table")
     st.set_defaults(func=_cmd_status)
+
+    rs = sub.add_parser("reset", help="start the changefeed over from chosen offsets (job state + Spark checkpoint)")
+    rs.add_argument("--config", required=True, help="the job's YAML file")
+    rs.add_argument("--from", dest="start", choices=["earliest", "latest", "state"],
+                    help="earliest/latest offsets (state cleared), or state: right after the last batch the "
+                         "job state committed (state kept; the recovery when Spark's checkpoint was lost)")
+    rs.add_argument("--offset", action="append", metavar="TOPIC:PARTITION=OFFSET",
+                    help="explicit starting offset, repeatable; name every partition (-2 earliest, -1 latest)")
+    rs.add_argument("--yes", action="store_true", help="do it (without: print what would be done, change nothing)")
+    rs.set_defaults(func=_cmd_reset)
 
     demo = sub.add_parser("demo", help="local broker + simulated TiCDC stream + job --once + oracle check")
     demo.add_argument("--protocol", default="canal-json", choices=["open-protocol", "craft", "canal-json", "avro"])

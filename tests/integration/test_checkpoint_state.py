@@ -1,0 +1,182 @@
+"""Forged resolved ts, and the job state vs Spark's checkpoint: real broker, real Spark, real Delta tables,
+compared with the simulator's oracle.
+
+- A forged ``TIDB_WATERMARK`` (``watermarkTs`` 2^63-1) must not make later rows replays: it goes to the
+  dead-letter table and the tables still match the oracle.
+- Spark's checkpoint deleted (state kept), or the state deleted (checkpoint kept): a terminal error that
+  says so — never a silent skip — and ``reset`` is the documented way on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ticdc_delta.cli import EXIT_OK, EXIT_USAGE, main
+from ticdc_delta.config import config_from_mapping
+from ticdc_delta.delta.sink import read_table
+from ticdc_delta.delta.state_store import RESET_BATCH_ID, StateStore
+from ticdc_delta.errors import CheckpointMismatchError
+from ticdc_delta.simulator import simulate
+from ticdc_delta.simulator.output import MemorySink
+from ticdc_delta.spark.batch_handler import _ConfiguredSink
+from ticdc_delta.spark.job import build_handler, run_job
+from ticdc_delta.verify import compare_with_oracle
+
+pytestmark = pytest.mark.integration
+
+CANAL = {"enable-tidb-extension": "true"}
+FORGED = (1 << 63) - 1
+
+
+class _Progress(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(json.loads(record.getMessage()))
+
+
+@pytest.fixture
+def progress() -> Any:
+    handler = _Progress()
+    log = logging.getLogger("ticdc_delta.progress")
+    old = log.level
+    log.setLevel(logging.INFO)
+    log.addHandler(handler)
+    yield handler
+    log.removeHandler(handler)
+    log.setLevel(old)
+
+
+def _setup(broker: Any, topic: str, tmp: Path, *, events: int = 500, seed: int = 21,
+           **source: Any) -> tuple[Any, list[tuple[int, bytes | None, bytes | None]], Any, Path]:
+    memory = MemorySink()
+    oracle = simulate("canal-json", CANAL, seed=seed, events=events, tables=2, partitions=2, sink=memory,
+                      topic=topic).oracle
+    broker.create_topic(topic, 2)
+    data = {
+        "changefeed": "ck",
+        "source": {"bootstrap_servers": broker.bootstrap_servers, "topic": topic, "protocol": "canal-json",
+                   "options": CANAL, **source},
+        "sink": {"path": str(tmp / "lake")},
+        "checkpoint": str(tmp / "ckpt"),
+    }
+    cfg = config_from_mapping(data)
+    yaml_path = tmp / "job.yaml"
+    yaml_path.write_text(json.dumps(data))  # JSON is YAML
+    return oracle, memory.messages, cfg, yaml_path
+
+
+def _assert_matches(cfg: Any, oracle: Any) -> None:
+    diffs = compare_with_oracle(_ConfiguredSink(cfg), oracle, tz=cfg.sink.source_timezone)
+    bad = [d.describe() for d in diffs if not d.ok]
+    assert not bad, "\n".join(bad)
+    assert sum(d.actual_rows for d in diffs) > 0
+
+
+def _watermark(ts: int) -> bytes:
+    return json.dumps({
+        "id": 0, "database": "", "table": "", "pkNames": None, "isDdl": False, "type": "TIDB_WATERMARK",
+        "es": 1640007049196, "ts": 1640007050284, "sql": "", "sqlType": None, "mysqlType": None, "data": None,
+        "old": None, "_tidb": {"watermarkTs": ts},
+    }).encode()
+
+
+def test_forged_watermark_is_dead_lettered_and_later_rows_still_apply(
+    broker: Any, spark: Any, tmp_path: Path, unique_name: Any, progress: _Progress
+) -> None:
+    topic = unique_name("forged-wm")
+    oracle, messages, cfg, _ = _setup(broker, topic, tmp_path)
+    third = len(messages) // 3
+    broker.produce_many(topic, messages[:third])
+    broker.produce_many(topic, [(0, None, _watermark(FORGED))])
+    broker.produce_many(topic, messages[third:])
+    run_job(cfg, once=True, spark=spark)
+    _assert_matches(cfg, oracle)  # without the check: every later row of partition 0 was a "replay"
+    dead = read_table(cfg.dead_letter_path).to_pylist()
+    assert len(dead) == 1
+    assert dead[0]["partition"] == 0 and dead[0]["offset"] == sum(1 for m in messages[:third] if m[0] == 0)
+    assert bytes(dead[0]["value"]) == _watermark(FORGED)
+    assert f"resolved ts {FORGED}" in dead[0]["error"] and "1h ahead of the reference clock" in dead[0]["error"]
+    assert sum(line["implausible_ts"] for line in progress.lines) == 1
+
+
+def test_spark_checkpoint_deleted_stops_then_reset_from_state_loses_nothing(
+    broker: Any, spark: Any, tmp_path: Path, unique_name: Any
+) -> None:
+    topic = unique_name("ckpt-gone")
+    oracle, messages, cfg, yaml_path = _setup(broker, topic, tmp_path, max_offsets_per_trigger=150)
+    half = len(messages) // 2
+    broker.produce_many(topic, messages[:half])
+    assert run_job(cfg, once=True, spark=spark) >= 2
+    held = StateStore(str(tmp_path / "ckpt" / "state"), "ck").load()
+    assert held is not None and held.held  # rows wait for the other partition: they must survive
+
+    shutil.rmtree(tmp_path / "ckpt" / "spark")
+    broker.produce_many(topic, messages[half:])
+    with pytest.raises(CheckpointMismatchError, match="the Spark checkpoint was deleted or replaced") as info:
+        run_job(cfg, once=True, spark=spark)
+    assert "reset --config" in str(info.value)
+
+    assert main(["reset", "--config", str(yaml_path), "--from", "state"]) == EXIT_USAGE  # no --yes: nothing
+    assert (tmp_path / "ckpt" / "state").exists()
+    assert main(["reset", "--config", str(yaml_path), "--from", "state", "--yes"]) == EXIT_OK
+    assert not (tmp_path / "ckpt" / "spark").exists()
+    after = StateStore(str(tmp_path / "ckpt" / "state"), "ck").load()
+    assert after is not None and after.batch_id == RESET_BATCH_ID and after.held == held.held
+    assert after.meta["epoch"] == 1
+
+    assert run_job(cfg, once=True, spark=spark) >= 1
+    _assert_matches(cfg, oracle)
+
+
+def test_state_deleted_stops_then_reset_from_earliest_rebuilds(
+    broker: Any, spark: Any, tmp_path: Path, unique_name: Any
+) -> None:
+    topic = unique_name("state-gone")
+    oracle, messages, cfg, yaml_path = _setup(broker, topic, tmp_path, max_offsets_per_trigger=200)
+    half = len(messages) // 2
+    broker.produce_many(topic, messages[:half])
+    assert run_job(cfg, once=True, spark=spark) >= 2
+
+    shutil.rmtree(tmp_path / "ckpt" / "state")
+    broker.produce_many(topic, messages[half:])
+    with pytest.raises(CheckpointMismatchError, match="is missing or empty, but the Spark checkpoint .* the state "
+                                                      "was deleted"):
+        run_job(cfg, once=True, spark=spark)
+
+    # the documented rebuild: drop the tables, start over from the earliest offsets
+    shutil.rmtree(tmp_path / "lake")
+    assert main(["reset", "--config", str(yaml_path), "--from", "earliest", "--yes"]) == EXIT_OK
+    assert run_job(cfg, once=True, spark=spark) >= 2
+    _assert_matches(cfg, oracle)
+
+
+def test_reset_to_explicit_offsets_starts_there_in_a_new_epoch(
+    broker: Any, spark: Any, tmp_path: Path, unique_name: Any, progress: _Progress
+) -> None:
+    topic = unique_name("reset-offsets")
+    oracle, messages, cfg, yaml_path = _setup(broker, topic, tmp_path, events=200)
+    broker.produce_many(topic, messages)
+    run_job(cfg, once=True, spark=spark)
+    _assert_matches(cfg, oracle)
+    ends = {p: sum(1 for m in messages if m[0] == p) for p in (0, 1)}
+
+    assert main(["reset", "--config", str(yaml_path), "--offset", f"{topic}:0={ends[0] - 1}",
+                 "--offset", f"{topic}:1={ends[1]}", "--yes"]) == EXIT_OK
+    progress.lines.clear()
+    assert run_job(cfg, once=True, spark=spark) == 1
+    (line,) = progress.lines
+    assert line["batch_id"] == 0  # a new query, batch 0 — and it was not skipped as "already committed"
+    assert line["offsets"] == {f"{topic}[0]": {"first": ends[0] - 1, "last": ends[0] - 1}}
+    _assert_matches(cfg, oracle)
+    state = StateStore(str(tmp_path / "ckpt" / "state"), "ck").load()
+    assert state is not None and state.batch_id == 0 and state.meta["epoch"] == 1
+    assert "reset" not in state.meta and "starting_offsets" not in state.meta

@@ -1,0 +1,192 @@
+"""``python -m ticdc_delta reset``: start a changefeed over, consistently, from chosen Kafka offsets.
+
+The job keeps two stores that must move together (:mod:`ticdc_delta.spark.checkpoint`): Spark's
+checkpoint (``{checkpoint}/spark``: which offsets each batch read) and the job state (``{checkpoint}/state``:
+watermarks, held rows, DDL bookkeeping, type catalog). When they disagree the job stops with a
+:class:`~ticdc_delta.errors.CheckpointMismatchError`; ``reset`` is the way on. It
+
+1. writes a new job state: watermarks and held rows cleared — or kept, with ``--from state`` — the type
+   catalog and applied-DDL ids kept (the Delta tables keep their columns; a DDL read again is not applied
+   twice), the chosen starting offsets, and the next *epoch*;
+2. deletes Spark's checkpoint, so the next run starts a new query at batch 0 from those offsets.
+
+The epoch suffixes the Delta app-transaction id (``<changefeed>~<epoch>``): batch ids restart at 0 and
+must not be mistaken for batches committed before the reset. Both steps can be repeated: if ``reset`` is
+interrupted, the job refuses to run (the two stores disagree) and running ``reset`` again completes it.
+
+Starting points:
+
+- ``earliest`` / ``latest``: every partition from its earliest / latest offset. Re-reading applies the
+  changes again (as upserts by key, in order): the tables converge to the upstream's state at the end of
+  what was read. ``latest`` skips everything not yet read — rows of that range are not in the tables.
+- explicit offsets ``{topic: {partition: offset}}`` (``-2`` earliest, ``-1`` latest); name every partition.
+- ``state``: the offsets right after the last batch the state committed, keeping the watermarks and held
+  rows: the recovery when only Spark's checkpoint was lost (nothing is read twice or skipped). Partitions
+  the job never read start at earliest; this asks the broker for the topics' partitions.
+
+The job must not run while ``reset`` does (a running job then stops with
+:class:`~ticdc_delta.errors.ConcurrentJobError` at its next state commit).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable, Mapping
+from urllib.parse import unquote, urlparse
+
+from .config import JobConfig
+from .delta.state_store import RESET_BATCH_ID, PipelineState, StateStore
+from .errors import CheckpointMismatchError, SinkError
+
+__all__ = ["ResetPlan", "plan_reset", "apply_reset", "STATE_START"]
+
+log = logging.getLogger(__name__)
+
+STATE_START = "state"
+"""``--from state``: continue right after the last batch the state committed."""
+
+
+@dataclass
+class ResetPlan:
+    """What :func:`apply_reset` will do, for the confirmation prompt."""
+
+    checkpoint: str
+    previous_batch: int | None
+    previous_query_id: str | None
+    epoch: int
+    starting_offsets: Any
+    keep_position: bool
+    state: PipelineState
+
+    def describe(self) -> str:
+        was = "no job state" if self.previous_batch is None else (
+            f"job state after batch {self.previous_batch} (Spark query {self.previous_query_id})"
+        )
+        keep = "kept" if self.keep_position else "cleared"
+        return (
+            f"reset changefeed checkpoint {self.checkpoint}: {was}; watermarks and held rows {keep}, type "
+            f"catalog and applied DDL kept; {self.checkpoint}/spark deleted; next run starts at batch 0 "
+            f"(epoch {self.epoch}) from offsets {self.starting_offsets}"
+        )
+
+
+def _state_store(cfg: JobConfig) -> StateStore:
+    return StateStore(cfg.checkpoint.rstrip("/") + "/state", cfg.changefeed,
+                      storage_options=cfg.sink.storage_options or None)
+
+
+def plan_reset(
+    cfg: JobConfig,
+    start: str | Mapping[str, Mapping[int, int]],
+    *,
+    partitions_of: Callable[[str], list[int]] | None = None,
+) -> ResetPlan:
+    """Decide the new state for starting over from ``start`` (``earliest``, ``latest``, ``state`` or a
+    ``{topic: {partition: offset}}`` mapping). Reads the state; changes nothing.
+
+    Raises:
+        ValueError: a mapping naming a topic the job does not read, or ``state`` without a saved state.
+        SinkError: the state table cannot be read.
+        BrokerUnavailableError: ``state``: the broker did not list the topics' partitions.
+    """
+    store = _state_store(cfg)
+    saved = store.load()
+    meta: dict[str, Any] = dict(saved.meta) if saved is not None else {}
+    known = meta.get("checkpoint")
+    previous_query = known.get("query_id") if isinstance(known, dict) else None
+    epoch = int(meta.get("epoch", 0)) + 1
+    keep_position = start == STATE_START
+    if keep_position:
+        if saved is None:
+            raise ValueError(f"--from state: there is no job state in {store.path} to continue from")
+        starting: Any = _offsets_after_state(cfg, meta, partitions_of)
+    elif isinstance(start, str):
+        if start not in ("earliest", "latest"):
+            raise ValueError(f"start must be earliest, latest, state or a mapping, got {start!r}")
+        starting = start
+    else:
+        starting = {str(t): {int(p): int(o) for p, o in parts.items()} for t, parts in start.items()}
+        unknown = sorted(set(starting) - set(cfg.topics))
+        if unknown:
+            raise ValueError(f"offsets name topic(s) {unknown} the job does not read (source topics: {cfg.topics})")
+    new_meta = {k: v for k, v in meta.items() if k in ("catalog", "applied_ddl", "tables", "totals")}
+    new_meta["epoch"] = epoch
+    new_meta["starting_offsets"] = starting
+    if keep_position:
+        new_meta["next_offsets"] = meta.get("next_offsets", {})
+    new_meta["reset"] = {
+        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "previous_batch": None if saved is None else saved.batch_id,
+        "previous_query_id": previous_query,
+    }
+    state = PipelineState(
+        RESET_BATCH_ID,
+        dict(saved.watermarks) if keep_position and saved is not None else {},
+        list(saved.held) if keep_position and saved is not None else [],
+        new_meta,
+    )
+    return ResetPlan(cfg.checkpoint.rstrip("/"), None if saved is None else saved.batch_id, previous_query,
+                     epoch, starting, keep_position, state)
+
+
+def _offsets_after_state(
+    cfg: JobConfig, meta: Mapping[str, Any], partitions_of: Callable[[str], list[int]] | None
+) -> dict[str, dict[int, int]]:
+    if partitions_of is None:
+        from .spark.batch_handler import kafka_partitions
+
+        def partitions_of(topic: str) -> list[int]:
+            return kafka_partitions(cfg, topic)
+
+    seen = meta.get("next_offsets") or {}
+    out: dict[str, dict[int, int]] = {}
+    for topic in cfg.topics:
+        done = {int(p): int(o) for p, o in (seen.get(topic) or {}).items()}
+        # -2 = earliest (Spark's startingOffsets JSON): a partition this job never read from
+        out[topic] = {p: done.get(p, -2) for p in sorted(set(partitions_of(topic)) | set(done))}
+    return out
+
+
+def apply_reset(cfg: JobConfig, plan: ResetPlan, *, spark: Any = None) -> None:
+    """Write the planned state, then delete Spark's checkpoint (in that order: an interrupted reset leaves
+    a state that says "reset" next to an old checkpoint, which the job refuses; run reset again).
+
+    Raises:
+        SinkError: the state cannot be written or the checkpoint not deleted.
+        CheckpointMismatchError: the state changed since :func:`plan_reset` read it.
+    """
+    store = _state_store(cfg)
+    current = store.load()
+    if (None if current is None else current.batch_id) != plan.previous_batch:
+        raise CheckpointMismatchError(
+            f"job state {store.path} moved from batch {plan.previous_batch} to "
+            f"{None if current is None else current.batch_id} while resetting: is a job still running? "
+            "Stop it and run reset again"
+        )
+    store.reset(plan.state)
+    _delete_dir(plan.checkpoint + "/spark", spark)
+    log.warning("%s", plan.describe())
+
+
+def _delete_dir(path: str, spark: Any) -> None:
+    local = path if "://" not in path else (unquote(urlparse(path).path) if path.startswith("file:") else None)
+    try:
+        if local is not None:
+            if os.path.exists(local):
+                shutil.rmtree(local)
+        elif spark is not None:
+            jvm = spark._jvm  # noqa: SLF001 - Hadoop's FileSystem: every scheme Spark can checkpoint to
+            hpath = jvm.org.apache.hadoop.fs.Path(path)
+            hpath.getFileSystem(spark._jsc.hadoopConfiguration()).delete(hpath, True)  # noqa: SLF001
+        else:
+            import pyarrow.fs as pafs
+
+            fs, root = pafs.FileSystem.from_uri(path.replace("s3a://", "s3://", 1))
+            if fs.get_file_info(root).type != pafs.FileType.NotFound:
+                fs.delete_dir(root)
+    except Exception as exc:  # noqa: BLE001 - named and typed for the operator
+        raise SinkError(f"cannot delete the Spark checkpoint {path}: {exc}; delete it by hand") from exc
