@@ -144,3 +144,22 @@ def test_key_override_and_missing_key() -> None:
 def test_unknown_mode() -> None:
     with pytest.raises(ValueError, match="unknown mode"):
         plan(ConsumerState(), [], [], mode="nope")
+
+
+def test_names_are_folded_where_records_enter_unless_case_sensitive() -> None:
+    recs = [row(10, 0, 0, "insert", {"id": 1, "v": "a"}, table="Orders")._replace(schema="SHOP"),
+            row(11, 0, 1, "update", {"id": 1, "v": "b"}, {"id": 1, "v": "a"}, table="orders"),
+            ddl(12, 0, 2)._replace(schema="S", table="T")]
+    held = plan(ConsumerState(), recs[:1], [rm(0, 1, 10)])  # partition 1 holds it back
+    assert held.state.held[0].schema == "shop" and held.state.held[0].table == "orders"
+    p = plan_batch(ConsumerState(held.state.watermarks, [recs[0]]), recs[1:], [rm(0, 3, 20), rm(1, 0, 20)],
+                   mode=WATERMARK, keys=KeyResolver(), partitions={"cdc": (0, 1)})
+    assert set(p.steps[0].tables) == {("shop", "orders"), ("s", "orders")}
+    assert p.steps[1].schema == "s" and p.steps[1].table == "t"
+    one = plan_batch(ConsumerState(), [recs[0], recs[1]._replace(schema="Shop")], [], mode=OFFSET_ORDER,
+                     keys=KeyResolver())
+    assert list(one.steps[0].tables) == [("shop", "orders")]
+    assert one.steps[0].tables[("shop", "orders")].changes[(1,)].image[1][3] == "b"
+    apart = plan_batch(ConsumerState(), [recs[0], recs[1]._replace(schema="Shop")], [], mode=OFFSET_ORDER,
+                       keys=KeyResolver(), case_sensitive=True)
+    assert set(apart.steps[0].tables) == {("SHOP", "Orders"), ("Shop", "orders")}
