@@ -246,3 +246,9 @@ def test_readers_find_a_table_by_any_spelling(job: Job) -> None:
     job.run(job.row("Shop", "Orders", id=1))
     assert job.ids("SHOP", "orders") == [1] and job.ids("Shop", "Orders") == [1]
     assert job.sink.table_path("Shop", "Orders") == job.cfg.table_path("shop", "orders")
+
+
+def test_a_catalog_saved_before_folding_is_found_under_the_folded_names() -> None:
+    saved = {"Shop\x00Orders": {"d": {"precision": 6, "scale": 2, "members": None, "fsp": None}}}
+    assert TableCatalog(saved, fold_names=True).params("shop", "orders", "d").precision == 6
+    assert TableCatalog(saved).params("shop", "orders", "d") is None  # case_sensitive: spellings stay apart

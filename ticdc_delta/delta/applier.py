@@ -33,9 +33,13 @@ METADATA_OP = "_tidb_op"
 class TableCatalog:
     """Per upstream table: type parameters of its columns known from DDL (JSON-able for the state)."""
 
-    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, data: Mapping[str, Any] | None = None, *, fold_names: bool = False) -> None:
+        # fold_names: a state saved before names were folded (``case_sensitive: false``) may hold
+        # "Shop\x00Orders"; the job now looks tables up as "shop\x00orders"
         self._params: dict[str, dict[str, TypeParams]] = {}
         for table, cols in (data or {}).items():
+            if fold_names:
+                table = table.lower()
             self._params[table] = {
                 name: TypeParams(p.get("precision"), p.get("scale"),
                                  tuple(p["members"]) if p.get("members") is not None else None, p.get("fsp"))

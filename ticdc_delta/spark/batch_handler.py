@@ -171,7 +171,7 @@ class BatchHandler:
             [load_record(b) for b in saved.held],
             [tuple(d) for d in meta.get("applied_ddl", [])],
         )
-        self._catalog = TableCatalog(meta.get("catalog"))
+        self._catalog = TableCatalog(meta.get("catalog"), fold_names=not self.cfg.case_sensitive)
         self._meta = meta
         self._loaded_batch = saved.batch_id
 
