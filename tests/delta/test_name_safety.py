@@ -252,3 +252,20 @@ def test_a_catalog_saved_before_folding_is_found_under_the_folded_names() -> Non
     saved = {"Shop\x00Orders": {"d": {"precision": 6, "scale": 2, "members": None, "fsp": None}}}
     assert TableCatalog(saved, fold_names=True).params("shop", "orders", "d").precision == 6
     assert TableCatalog(saved).params("shop", "orders", "d") is None  # case_sensitive: spellings stay apart
+
+
+def test_listing_a_schema_decodes_the_names_and_leaves_foreign_directories_alone(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from ticdc_delta.delta.sink import DeltaRsSink, batch_txn
+
+    sink = DeltaRsSink(str(tmp_path / "lake"))
+    names = ["a/b", "..", "_x", "表", "T", "100%", "@0040"]
+    for name in names:
+        sink.ensure_table(TableIdent("s/1", name), pa.schema([("id", pa.int64())]), None, batch_txn("a", 0))
+    foreign = tmp_path / "lake" / "s@002f1" / "Not Encoded" / "_delta_log"
+    foreign.mkdir(parents=True)
+    assert sorted(sink.tables_in_schema("s/1")) == sorted(TableIdent("s/1", n) for n in names)
+    for ident in sink.tables_in_schema("s/1"):
+        assert sink.drop(ident)
+    assert os.listdir(tmp_path / "lake" / "s@002f1") == ["Not Encoded"]
