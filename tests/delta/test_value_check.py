@@ -278,3 +278,61 @@ def test_describe_rejections_names_coordinates_table_column() -> None:
     r = Rejection("cdc", 2, 41, 0, "shop", "orders", "d", "2024-13-45", "cannot write '2024-13-45' as a DATE")
     text = describe_rejections([r])
     assert text == "cdc[2]@41 table 'shop'.'orders' column 'd': cannot write '2024-13-45' as a DATE"
+
+
+# --- per protocol: the decoders carry MySQL's odd values to the same mapping ------------------------
+
+PROTOCOL_OPTIONS = [
+    ("open-protocol", {}),
+    ("craft", {}),
+    ("canal-json", {"enable-tidb-extension": "true"}),
+    ("avro", {"enable-tidb-extension": "true"}),
+]
+
+ODD_ROW = [  # (name, type code, value as TiDB prints it, Delta value)
+    ("d_zero", int(T.DATE), "0000-00-00", None),
+    ("d_part", int(T.DATE), "2024-00-10", None),
+    ("d_invalid", int(T.DATE), "2024-02-30", None),
+    ("dt_zero", int(T.DATETIME), "0000-00-00 00:00:00", None),
+    ("dt_invalid", int(T.DATETIME), "2024-02-30 10:00:00.123456", None),
+    ("dt_frac", int(T.DATETIME), "2024-01-01 10:00:00.123456", datetime(2024, 1, 1, 10, 0, 0, 123456)),
+    ("ts_zero", int(T.TIMESTAMP), "0000-00-00 00:00:00", None),
+    ("tm_big", int(T.TIME), "838:59:59", "838:59:59"),
+    ("tm_neg", int(T.TIME), "-12:00:00", "-12:00:00"),
+    ("tm_frac", int(T.TIME), "100:00:00.500000", "100:00:00.500000"),
+    ("y_zero", int(T.YEAR), 0, 0),
+]
+
+
+@pytest.mark.parametrize("protocol,options", PROTOCOL_OPTIONS, ids=[p for p, _ in PROTOCOL_OPTIONS])
+def test_each_protocol_carries_odd_values_to_their_mapping_and_bad_ones_to_a_rejection(
+    protocol: str, options: dict[str, str]
+) -> None:
+    from ticdc_delta.codec import decoder_for, encoder_for
+    from ticdc_delta.codec.model import Column, DecodeContext, Op, RowChange
+    from ticdc_delta.core.records import record_from_event
+
+    def event(id_: int, extra: list[tuple[str, int, object]]) -> RowChange:
+        cols = [Column("id", int(T.BIGINT), F.HANDLE_KEY | F.PRIMARY_KEY, id_)]
+        cols += [Column(n, t, F.NULLABLE, v) for n, t, v in extra]
+        return RowChange(1 << 30, "s", "t", Op.INSERT, tuple(cols), None)
+
+    odd = event(1, [(n, t, v) for n, t, v, _ in ODD_ROW])
+    bad = event(2, [("d_bad", int(T.DATE), "2024-13-45")])
+    kwargs: dict = {}
+    if protocol == "avro":
+        from ticdc_delta.codec.avro import AvroSchemas
+
+        kwargs["schemas"] = AvroSchemas()
+    messages = encoder_for(protocol, options, **kwargs).encode([odd, bad])
+    decoder = decoder_for(protocol, options, **kwargs)
+    records = []
+    for offset, (key, value) in enumerate(messages):
+        for idx, ev in enumerate(decoder.decode(key, value, DecodeContext("cdc", 0, offset))):
+            records.append(record_from_event(ev, "cdc", 0, offset, idx))
+    sc = screen_of()
+    kept = sc.rows(records)
+    assert [r.value for r in sc.rejections] == ["2024-13-45"] and sc.rejections[0].column == "d_bad"
+    [rec] = kept
+    got = {name: convert_value(v, tc, flags) for name, tc, flags, v in rec.new if name != "id"}
+    assert got == {n: expected for n, _, _, expected in ODD_ROW}
