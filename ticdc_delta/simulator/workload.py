@@ -34,7 +34,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
-from ..codec.model import Column, ColumnFlag, DDLEvent, DDLType, Op, RowChange, TypeCode, column_flag
+from ..codec.model import Column, ColumnFlag, DDLEvent, DDLType, Op, RowChange, TypeCode, column_flag, format_vector
 
 __all__ = [
     "ColumnSpec",
@@ -245,6 +245,16 @@ def _json_text(rng: random.Random) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
+def _vector(dims: int | None) -> Gen:
+    # TiDB 8.4+ VECTOR(N) / VECTOR: float32 elements printed as TiDB prints them ("[1,-0.5,2.125]");
+    # eighths are exact in float32, so the text survives the Delta array<float> round trip exactly.
+    def gen(rng: random.Random) -> str:
+        n = dims if dims is not None else _ri(rng, 0, 5)
+        return format_vector([_ri(rng, -512, 512) / 8 for _ in range(n)])
+
+    return gen
+
+
 def _enum(n: int) -> Gen:
     return lambda rng: _ri(rng, 1, n)
 
@@ -371,10 +381,19 @@ def _template_wide_keys() -> list[ColumnSpec]:
     ]
 
 
+def _template_embeddings() -> list[ColumnSpec]:
+    return [
+        _col("id", "BIGINT", T.BIGINT, _int(-(1 << 63), (1 << 63) - 1)).as_key(),
+        _col("label", "VARCHAR(32)", T.VARCHAR, _text(32)),
+        _col("emb", "VECTOR(3)", T.VECTOR_FLOAT32, _vector(3)),
+        _col("any_dims", "VECTOR", T.VECTOR_FLOAT32, _vector(None)),
+    ]
+
+
 TABLE_TEMPLATES: tuple[Callable[[], list[ColumnSpec]], ...] = (_template_orders, _template_ledger,
-                                                               _template_wide_keys)
+                                                               _template_wide_keys, _template_embeddings)
 """Column layouts, used round-robin: single signed BIGINT key; composite (unicode VARCHAR, INT UNSIGNED)
-key; BIGINT UNSIGNED key near 2**64-1."""
+key; BIGINT UNSIGNED key near 2**64-1; BIGINT key with TiDB 8.4+ VECTOR columns."""
 
 # Columns that ALTER TABLE ... ADD COLUMN adds (nullable, no DEFAULT: earlier rows read NULL).
 _ADDED_COLUMNS: tuple[Callable[[int], ColumnSpec], ...] = (
