@@ -567,3 +567,36 @@ def test_integers_keep_exact_precision_at_any_size(literal: bytes, type_code: in
     (event,) = decode(frame_key(ROW_KEY), frame_value(value))
     assert event.new_values() == {"c": expected}
     assert type(event.new_values()["c"]) is type(expected)
+
+
+# --- only-output-updated-columns (issue 10): the full old image is rebuilt, as Canal-JSON does ----------
+
+def test_only_updated_columns_old_image_is_rebuilt() -> None:
+    """TiCDC drops unchanged columns from "p" (messageRow.dropNotUpdatedColumns)."""
+    value = (b'{"u":{"id":{"t":3,"h":true,"f":11,"v":1},"a":{"t":15,"f":64,"v":"new"},"b":{"t":3,"f":64,"v":7}},'
+             b'"p":{"a":{"t":15,"f":64,"v":"old"}}}')
+    for decoder in (decoder_for("open-protocol"), warm_decoder(True)):
+        (event,) = decoder.decode(frame_key(ROW_KEY), frame_value(value), CTX)
+        assert event.op == "update"
+        assert event.old_values() == {"id": 1, "a": "old", "b": 7}
+        assert event.new_values() == {"id": 1, "a": "new", "b": 7}
+        assert [c.name for c in event.old] == ["id", "a", "b"] and event.old.layout == event.columns.layout
+    assert_paths_agree(frame_key(ROW_KEY), frame_value(value))
+
+
+def test_only_updated_columns_old_with_unknown_column_is_refused() -> None:
+    value = b'{"u":{"id":{"t":3,"h":true,"f":11,"v":1}},"p":{"zz":{"t":3,"f":0,"v":1}}}'
+    with pytest.raises(DecodeError, match=r'"p" has columns that "u" lacks: \[\'zz\'\]'):
+        decode(frame_key(ROW_KEY), frame_value(value))
+    assert_paths_agree(frame_key(ROW_KEY), frame_value(value))
+
+
+def test_only_updated_columns_encoder_round_trip() -> None:
+    opts = {"only-output-updated-columns": "true"}
+    (message,) = encoder_for("open-protocol", opts).encode([cases.UPDATE])
+    (length,) = struct.unpack_from(">Q", message.value, 0)
+    body = orjson.loads(message.value[8 : 8 + length])
+    changed = {c.name for c, o in zip(cases.UPDATE.columns, cases.UPDATE.old) if c.value != o.value}
+    assert set(body["p"]) == changed and len(body["p"]) < len(body["u"])
+    (event,) = decode(message.key, message.value)
+    assert event.old_values() == cases.UPDATE.old_values() and event.new_values() == cases.UPDATE.new_values()

@@ -547,6 +547,8 @@ class OpenProtocolDecoder:
                     return None
                 elif body.p is _UNSET:
                     event = (head.ts, head.scm, head.tbl, _INSERT, image(body.u), None, ctx)
+                elif body.p.keys() != body.u.keys():
+                    return None  # only-output-updated-columns: the orjson path rebuilds the old image
                 else:
                     event = (head.ts, head.scm, head.tbl, _UPDATE, image(body.u), image(body.p), ctx)
                 append(_new_tuple(RowChange, event))
@@ -617,7 +619,8 @@ class OpenProtocolDecoder:
                 raise _Bad(f'row value {i} has neither "u" nor "d"')
             new = _columns(body["u"], "u")
             if "p" in body:
-                return RowChange(ts, schema, table, Op.UPDATE, new, _columns(body["p"], "p"), ctx)
+                old = _full_old_image(body["u"], body["p"], i)
+                return RowChange(ts, schema, table, Op.UPDATE, new, _columns(old, "p"), ctx)
             return RowChange(ts, schema, table, Op.INSERT, new, None, ctx)
         if kind == _KIND_DDL:
             body = _json(v, f"DDL value {i}")
@@ -658,6 +661,25 @@ class OpenProtocolDecoder:
                 "of the row exists only in the upstream TiDB, which this job does not query; change the "
                 "changefeed to large-message-handle-option=claim-check (or raise max-message-bytes)",
             )
+
+
+def _full_old_image(new: dict[str, Any], old: Any, i: int) -> Any:
+    """The old image of an update whose ``"p"`` may hold only the changed columns.
+
+    TiCDC's ``only-output-updated-columns`` drops from ``"p"`` every column whose value the update did
+    not change (``messageRow.dropNotUpdatedColumns``): those columns' old values are their new ones, so
+    the full old image is ``"u"`` overlaid with ``"p"``, in the column order of ``"u"`` (as Canal-JSON's
+    ``old`` is rebuilt).
+
+    Raises:
+        _Bad: ``"p"`` names a column that ``"u"`` lacks.
+    """
+    if type(old) is not dict or old.keys() == new.keys():
+        return old
+    extra = old.keys() - new.keys()
+    if extra:
+        raise _Bad(f'row value {i}: "p" has columns that "u" lacks: {preview(sorted(extra))}')
+    return {name: old.get(name, column) for name, column in new.items()}
 
 
 def _is_delete_value(v: bytes) -> bool:
@@ -706,7 +728,8 @@ class OpenProtocolEncoder:
 
     Options: ``enable-old-value`` (default true; false drops ``"p"`` from updates and leaves only the
     handle-key columns in deletes, like TiCDC with the old value feature off), ``max-batch-size``,
-    ``large-message-handle-compression`` (lz4 | snappy: each row and DDL value entry compressed).
+    ``large-message-handle-compression`` (lz4 | snappy: each row and DDL value entry compressed),
+    ``only-output-updated-columns`` (``"p"`` keeps only the columns an update changed).
     """
 
     protocol = PROTOCOL
@@ -717,6 +740,7 @@ class OpenProtocolEncoder:
         opts = dict(options or {})
         self.old_value = parse_bool_option(opts, "enable-old-value", True)
         self.compression = compression_option(opts)
+        self.only_updated = parse_bool_option(opts, "only-output-updated-columns", False)
         try:
             self.max_batch = int(opts.get("max-batch-size", "16"))
         except ValueError:
@@ -736,6 +760,12 @@ class OpenProtocolEncoder:
                 value = {"u": _wire_columns(e.columns)}
                 if e.old is not None and self.old_value:
                     value["p"] = _wire_columns(e.old)
+                    if self.only_updated:  # TiCDC: drop the old columns whose type and value did not change
+                        unchanged = {c.name for c in e.columns} & {c.name for c in e.old}
+                        value["p"] = {
+                            name: col for name, col in value["p"].items()
+                            if name not in unchanged or col != value["u"][name]
+                        }
             return orjson.dumps(key), compress(self.compression, orjson.dumps(value)), True
         if isinstance(e, DDLEvent):
             key = {"ts": e.commit_ts, "scm": e.schema, "tbl": e.table, "t": _KIND_DDL}
