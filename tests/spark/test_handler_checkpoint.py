@@ -1,0 +1,86 @@
+"""BatchHandler driven directly on real Spark DataFrames and real Delta tables: two jobs on one
+checkpoint, and the ts plausibility clock taken from the Spark offset log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ticdc_delta.config import config_from_mapping
+from ticdc_delta.delta.sink import read_table
+from ticdc_delta.errors import ConcurrentJobError
+from ticdc_delta.simulator import simulate
+from ticdc_delta.simulator.output import MemorySink
+from ticdc_delta.simulator.workload import TsoClock
+from ticdc_delta.spark.batch_handler import BatchHandler
+
+pytestmark = pytest.mark.integration
+
+KAFKA_SCHEMA = "topic string, partition int, offset long, key binary, value binary"
+CANAL = {"enable-tidb-extension": "true"}
+
+
+def _batches(spark: Any, n: int) -> list[Any]:
+    """The simulated canal-json stream as Kafka-shaped DataFrames, cut into ``n`` batches."""
+    memory = MemorySink()
+    simulate("canal-json", CANAL, seed=4, events=120, tables=1, partitions=2, sink=memory, topic="cdc")
+    next_offset = {0: 0, 1: 0}
+    rows = []
+    for partition, key, value in memory.messages:
+        rows.append(("cdc", partition, next_offset[partition], key, value))
+        next_offset[partition] += 1
+    size = -(-len(rows) // n)
+    return [spark.createDataFrame(rows[i:i + size], KAFKA_SCHEMA) for i in range(0, len(rows), size)]
+
+
+def _cfg(tmp: Path) -> Any:
+    return config_from_mapping({
+        "changefeed": "two",
+        "source": {"bootstrap_servers": "127.0.0.1:9", "topic": "cdc", "protocol": "canal-json", "options": CANAL},
+        "sink": {"path": str(tmp / "lake")},
+        "checkpoint": str(tmp / "ckpt"),
+    })
+
+
+def _handler(cfg: Any) -> BatchHandler:
+    # partitions_of: the topic's partition list, as Kafka metadata would give it (there is no broker here)
+    return BatchHandler(cfg, partitions_of=lambda topic: [0, 1])
+
+
+def test_a_second_job_on_the_same_checkpoint_stops_with_a_terminal_error(spark: Any, tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    b0, b1, _ = _batches(spark, 3)
+    job_a, job_b = _handler(cfg), _handler(cfg)
+    job_a(b0, 0)
+    job_b(b0, 0)  # sees batch 0 in the state: already committed, nothing done
+    job_a(b1, 1)
+    with pytest.raises(ConcurrentJobError, match="another job is running on the same checkpoint") as info:
+        job_b(b1, 1)  # planned from the state after batch 0, but job A committed batch 1 meanwhile
+    assert not info.value.retryable
+    job_a2 = _handler(cfg)
+    job_a2(b1, 1)  # a restarted job sees batch 1 committed and goes on
+    assert job_a2.batches == 0
+
+
+def test_the_ts_clock_is_the_batch_time_in_sparks_offset_log(spark: Any, tmp_path: Path) -> None:
+    """A batch whose recorded time is 2 hours before the stream's commit ts: everything in it is from the
+    future for that batch — on every attempt, whatever the wall clock says."""
+    cfg = _cfg(tmp_path)
+    (batch,) = _batches(spark, 1)
+    offsets = tmp_path / "ckpt" / "spark" / "offsets"
+    offsets.mkdir(parents=True)
+    recorded = TsoClock.START_MS - 2 * 3_600_000
+    (offsets / "0").write_text(
+        f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{recorded},"conf":{{}}}}\n{{"cdc":{{"0":0,"1":0}}}}\n'
+    )
+    (tmp_path / "ckpt" / "spark" / "metadata").write_text(json.dumps({"id": "q-1"}))
+    handler = _handler(cfg)
+    handler(batch, 0)
+    dead = read_table(cfg.dead_letter_path).to_pylist()
+    assert dead and all("ahead of the reference clock" in row["error"] for row in dead)
+    assert {row["offset"] for row in dead if row["partition"] == 0}  # with their coordinates and bytes
+    assert all(row["value"] for row in dead)
+    assert handler.store.load().meta["checkpoint"] == {"query_id": "q-1"}  # type: ignore[union-attr]

@@ -1,0 +1,120 @@
+"""The reset command on a real state table and checkpoint directory (no broker, no Spark needed)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ticdc_delta.cli import EXIT_OK, EXIT_TERMINAL, EXIT_USAGE, main
+from ticdc_delta.config import config_from_mapping
+from ticdc_delta.delta.state_store import RESET_BATCH_ID, PipelineState, StateStore
+from ticdc_delta.errors import CheckpointMismatchError
+from ticdc_delta.reset import apply_reset, plan_reset
+
+pytestmark = pytest.mark.integration  # real Delta tables
+
+META = {
+    "catalog": {"s.t": {"c": [10, 2, None]}},
+    "applied_ddl": [[5, "s", "t", "CREATE TABLE t (id INT)"]],
+    "checkpoint": {"query_id": "q-old"},
+    "next_offsets": {"cdc": {"0": 12, "1": 7}},
+    "tables": {"s.t": {"rows_applied": 3}},
+}
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> tuple[Path, Path]:
+    data = {
+        "changefeed": "rs",
+        "source": {"bootstrap_servers": "127.0.0.1:9", "topic": "cdc", "protocol": "craft"},
+        "sink": {"path": str(tmp_path / "lake")},
+        "checkpoint": str(tmp_path / "ckpt"),
+    }
+    yaml_path = tmp_path / "job.yaml"
+    yaml_path.write_text(json.dumps(data))
+    StateStore(str(tmp_path / "ckpt" / "state"), "rs").save(
+        4, PipelineState(4, {("cdc", 0): 100, ("cdc", 1): 90}, [b"held-row"], dict(META))
+    )
+    spark_dir = tmp_path / "ckpt" / "spark"
+    (spark_dir / "offsets").mkdir(parents=True)
+    (spark_dir / "metadata").write_text('{"id":"q-old"}')
+    return yaml_path, spark_dir
+
+
+def _state(tmp_path: Path) -> PipelineState:
+    saved = StateStore(str(tmp_path / "ckpt" / "state"), "rs").load()
+    assert saved is not None
+    return saved
+
+
+def test_without_yes_nothing_changes(job: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    yaml_path, spark_dir = job
+    assert main(["reset", "--config", str(yaml_path), "--from", "earliest"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "after batch 4 (Spark query q-old)" in err and "add --yes" in err
+    assert spark_dir.exists() and _state(tmp_path).batch_id == 4
+
+
+def test_reset_from_earliest_clears_position_keeps_catalog_and_deletes_spark_checkpoint(
+    job: tuple[Path, Path], tmp_path: Path
+) -> None:
+    yaml_path, spark_dir = job
+    assert main(["reset", "--config", str(yaml_path), "--from", "earliest", "--yes"]) == EXIT_OK
+    assert not spark_dir.exists()
+    state = _state(tmp_path)
+    assert state.batch_id == RESET_BATCH_ID and state.watermarks == {} and state.held == []
+    assert state.meta["catalog"] == META["catalog"] and state.meta["applied_ddl"] == META["applied_ddl"]
+    assert state.meta["epoch"] == 1 and state.meta["starting_offsets"] == "earliest"
+    assert "checkpoint" not in state.meta and "next_offsets" not in state.meta
+    assert state.meta["reset"]["previous_batch"] == 4 and state.meta["reset"]["previous_query_id"] == "q-old"
+    # again: a second epoch, still consistent
+    assert main(["reset", "--config", str(yaml_path), "--offset", "cdc:0=5", "--offset", "cdc:1=-2", "--yes"]) == 0
+    state = _state(tmp_path)
+    assert state.meta["epoch"] == 2 and state.meta["starting_offsets"] == {"cdc": {"0": 5, "1": -2}}
+
+
+def test_reset_from_state_keeps_position_and_starts_after_the_last_batch(
+    job: tuple[Path, Path], tmp_path: Path
+) -> None:
+    yaml_path, _ = job
+    cfg = config_from_mapping(json.loads(yaml_path.read_text()))
+    # partitions_of: Kafka's partition list for the topic (partition 2 was never read by the job)
+    plan = plan_reset(cfg, "state", partitions_of=lambda topic: [0, 1, 2])
+    assert plan.starting_offsets == {"cdc": {0: 12, 1: 7, 2: -2}}
+    apply_reset(cfg, plan)
+    state = _state(tmp_path)
+    assert state.watermarks == {("cdc", 0): 100, ("cdc", 1): 90} and state.held == [b"held-row"]
+    assert state.meta["next_offsets"] == META["next_offsets"]
+
+
+def test_reset_refuses_when_the_state_moved_meanwhile(job: tuple[Path, Path], tmp_path: Path) -> None:
+    yaml_path, spark_dir = job
+    cfg = config_from_mapping(json.loads(yaml_path.read_text()))
+    plan = plan_reset(cfg, "latest")
+    StateStore(str(tmp_path / "ckpt" / "state"), "rs").save(5, PipelineState(5, meta=dict(META)))
+    with pytest.raises(CheckpointMismatchError, match="moved from batch 4 to 5 while resetting"):
+        apply_reset(cfg, plan)
+    assert spark_dir.exists()
+
+
+@pytest.mark.parametrize(
+    "args,code,match",
+    [
+        (["--from", "earliest", "--offset", "cdc:0=1"], EXIT_USAGE, "exactly one of"),
+        ([], EXIT_USAGE, "exactly one of"),
+        (["--offset", "cdc=1"], EXIT_USAGE, "TOPIC:PARTITION=OFFSET"),
+        (["--offset", "cdc:0=-3"], EXIT_USAGE, "TOPIC:PARTITION=OFFSET"),
+        (["--offset", "other:0=1", "--yes"], EXIT_TERMINAL, r"topic\(s\) \['other'\] the job does not read"),
+    ],
+)
+def test_bad_arguments(job: tuple[Path, Path], capsys: pytest.CaptureFixture, args: list[str], code: int,
+                       match: str) -> None:
+    yaml_path, spark_dir = job
+    assert main(["reset", "--config", str(yaml_path), *args]) == code
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1  # one clear line
+    assert re.search(match, err)
+    assert spark_dir.exists()
