@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import string
 
@@ -17,6 +18,7 @@ from ticdc_delta.locations import (
     decode_component,
     encode_component,
     fold_name,
+    overlaps,
     table_location,
     table_name_problem,
 )
@@ -140,3 +142,10 @@ def test_child_locations() -> None:
 def test_fold_name() -> None:
     assert fold_name("SHOP") == "shop" and fold_name("Orders") == "orders"
     assert fold_name("Orders", case_sensitive=True) == "Orders"
+
+
+def test_overlaps() -> None:
+    assert overlaps("/lake/s/t", "/lake/s/t") and overlaps("/lake/s/t", "/lake/s") and overlaps("/lake", "/lake/s/t")
+    assert not overlaps("/lake/s/t", "/lake/s/t2") and not overlaps("/lake/s/t", "/lake/x")
+    assert not overlaps("s3://a/lake/s", "s3://b/lake/s") and not overlaps("s3://a/lake", "/lake")
+    assert overlaps("lake/s/t", os.path.abspath("lake/s"))

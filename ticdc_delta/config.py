@@ -41,8 +41,8 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import ConfigError
-from .locations import child_location, fold_name, table_location
+from .errors import ConfigError, IdentifierError
+from .locations import child_location, fold_name, overlaps, table_location
 
 __all__ = [
     "JobConfig",
@@ -742,13 +742,33 @@ class JobConfig(_Model):
         ``{sink.path}/{schema}/{table}`` with the names folded (:meth:`fold_name`) and encoded as path
         components (:func:`~ticdc_delta.locations.table_location`: ``a/b`` → ``a@002fb``).
 
+        A default location must not be, hold or lie inside a location configured for something else
+        (another table's ``tables[].path``, ``dead_letter.path``, ``checkpoint``): that table would merge
+        into, nest in or wrap the other's files.
+
         Raises:
-            IdentifierError: a name no location can hold (empty, NUL, too long once encoded).
+            IdentifierError: a name no location can hold (empty, NUL, too long once encoded), or a default
+                location that overlaps a configured one (the message names both and the fix).
         """
         explicit = self.explicit_table_path(schema, table)
         if explicit is not None:
             return explicit
-        return table_location(self.sink.path, self.fold_name(schema), self.fold_name(table))
+        location = table_location(self.sink.path, self.fold_name(schema), self.fold_name(table))
+        for what, other in self._configured_locations():
+            if overlaps(location, other):
+                raise IdentifierError(
+                    f"table {schema!r}.{table!r} would land at {location}, which overlaps {what} ({other}); "
+                    f"give the table its own location with a tables[].path entry, or move {what}"
+                )
+        return location
+
+    def _configured_locations(self) -> list[tuple[str, str]]:
+        """Locations the configuration names for something other than a default table location."""
+        # the checkpoint directory holds the job state and Spark's checkpoint (nothing else is the job's)
+        out = [("dead_letter.path", self.dead_letter_path), ("checkpoint", child_location(self.checkpoint, "state")),
+               ("checkpoint", child_location(self.checkpoint, "spark"))]
+        out += [(f"tables[{i}].path", m.path) for i, m in enumerate(self.tables) if m.path]
+        return out
 
     def librdkafka_conf(self) -> dict[str, str]:
         """librdkafka settings for a consumer: ``bootstrap.servers`` plus ``source.kafka``."""

@@ -31,6 +31,7 @@ Plain Python (no pyspark, no delta-rs): the config, the planner and the executor
 from __future__ import annotations
 
 import functools
+import os
 import re
 
 from .errors import IdentifierError
@@ -46,6 +47,7 @@ __all__ = [
     "table_location",
     "child_location",
     "check_inside",
+    "overlaps",
 ]
 
 ESCAPE = "@"
@@ -189,6 +191,22 @@ def check_inside(root: str, location: str) -> str:
     ):
         raise IdentifierError(f"location {location!r} is not inside its root {root!r}; refusing to use it")
     return location
+
+
+def _absolute(location: str) -> tuple[str, list[str]]:
+    prefix, parts = _split(location)
+    if not prefix:  # a relative local path: compare it as the absolute path it means
+        prefix, parts = _split(os.path.abspath(location))
+    return prefix, parts
+
+
+def overlaps(a: str, b: str) -> bool:
+    """Whether locations ``a`` and ``b`` are the same or one lies inside the other (so a Delta table at
+    one would share, nest in or hold the files of whatever lives at the other)."""
+    prefix_a, parts_a = _absolute(a)
+    prefix_b, parts_b = _absolute(b)
+    n = min(len(parts_a), len(parts_b))
+    return prefix_a == prefix_b and parts_a[:n] == parts_b[:n]
 
 
 def table_location(root: str, schema: str, table: str) -> str:

@@ -269,3 +269,24 @@ def test_listing_a_schema_decodes_the_names_and_leaves_foreign_directories_alone
     for ident in sink.tables_in_schema("s/1"):
         assert sink.drop(ident)
     assert os.listdir(tmp_path / "lake" / "s@002f1") == ["Not Encoded"]
+
+
+@pytest.mark.parametrize(
+    "schema, table, what",
+    [("ckpt", "state", "checkpoint"), ("rejects", "x", "dead_letter.path"), ("sales", "orders_v2", r"tables\[0\]\.path"),
+     ("items_v2", "t", r"tables\[1\]\.path")],
+)
+def test_a_table_never_lands_on_a_configured_location(tmp_path: Path, schema: str, table: str, what: str) -> None:
+    from ticdc_delta.errors import IdentifierError
+
+    lake = tmp_path / "data" / "lake"
+    job = Job(tmp_path, checkpoint=str(lake / "ckpt"), dead_letter={"path": str(lake / "rejects")},
+              tables=[{"source": "sales.orders", "path": str(lake / "sales" / "orders_v2")},
+                      {"source": "sales.items", "path": str(lake / "items_v2")}])
+    job.run(job.row("sales", "orders", id=1), job.row("sales", "orders_x", id=2))
+    with pytest.raises(IdentifierError, match=rf"table '{schema}'.'{table}' would land at .* which overlaps {what}"):
+        job.run(job.row(schema, table, id=3))
+    if schema == "items_v2":
+        with pytest.raises(IdentifierError, match="overlaps"):
+            job.run(job.row("ITEMS_V2", "t", id=4))
+    assert job.ids("sales", "orders") == [1] and job.ids("sales", "orders_x") == [2]

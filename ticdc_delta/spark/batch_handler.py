@@ -100,9 +100,10 @@ class _ConfiguredSink(DeltaRsSink):
         self._cfg = cfg
 
     def table_path(self, schema: str, table: str) -> str:
-        """As :meth:`JobConfig.table_path`: readers that pass the upstream spelling (``Shop``, ``Orders``)
-        find the table the job wrote under the folded names."""
-        return super().table_path(self._cfg.fold_name(schema), self._cfg.fold_name(table))
+        """:meth:`JobConfig.table_path`: the mapping's path, else the encoded default location, checked
+        against the configured ones; readers that pass the upstream spelling (``Shop``, ``Orders``) find
+        the table the job wrote under the folded names."""
+        return self._cfg.table_path(schema, table)
 
 
 class BatchHandler:
