@@ -1,0 +1,205 @@
+"""The consumer rules split in two: a small driver part and a per-table part that runs where the rows are.
+
+:func:`~.batch_planner.plan_batch` applies every rule to one list of records on one machine. The Spark
+engine keeps rows on the executors, so it runs the same rules in two parts that together give the same
+plan:
+
+1. **Driver** (:func:`plan_coordination`): ``plan_batch`` itself over the small records only — resolved
+   marks and DDL (new and held). That yields the watermarks, the DDL steps (released, deduplicated, in
+   apply order), held DDL, the plausibility rejections of marks and DDL, and :class:`TableRules`: what
+   every executor needs to know to place a row.
+2. **Per table** (:meth:`TableRules.apply_table`, on an executor, one call per table): the rows of one
+   table (new ones and those held from earlier batches) through the same rules — plausibility, replay drop
+   (commit ts below its partition's watermark *at its offset*, i.e. after the marks before it), release
+   up to the topic watermark, the DDL segment it falls in, the record screen, then
+   :func:`~.merge.collapse` — one final change per key per segment.
+
+Every rule used by both parts is the one defined in :mod:`.batch_planner`, :mod:`.pending_buffer`,
+:mod:`.merge` and :mod:`.ts_guard`; ``tests/core/test_table_rules.py`` checks that the two parts together
+equal ``plan_batch`` on generated streams.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from ..locations import fold_name
+from .batch_planner import (
+    OFFSET_ORDER, WATERMARK, BatchPlan, ConsumerState, RecordScreen, RejectedTs, ResolvedMark, _order, plan_batch,
+)
+from .merge import KeyResolver, TableChanges, collapse
+from .pending_buffer import apply_order
+from .records import ChangeRecord, DDLRecord, Record
+from .ts_guard import TsGuard
+
+__all__ = ["TableRules", "TableOutcome", "plan_coordination"]
+
+
+@dataclass
+class TableOutcome:
+    """One table's share of a micro-batch: its collapsed changes per DDL segment (segment ``i`` lies
+    after the first ``i`` DDL steps of the batch), the rows still held, and what was dropped."""
+
+    segments: list[tuple[int, TableChanges]] = field(default_factory=list)
+    held: list[ChangeRecord] = field(default_factory=list)
+    replays: int = 0
+    released: int = 0
+    rejected: list[RejectedTs] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TableRules:
+    """What an executor needs to apply the row rules of one micro-batch to one table (picklable, small:
+    a few numbers per partition, resolved mark and DDL).
+
+    ``marks``: per ``(topic, partition)`` the resolved marks of the batch that passed the guard, as
+    ``((offset, idx), watermark after it)`` in offset order; ``start``: the watermarks before the batch.
+    """
+
+    mode: str
+    start: Mapping[tuple[str, int], int]
+    marks: Mapping[tuple[str, int], tuple[tuple[tuple[int, int], ...], tuple[int, ...]]]
+    topic_watermarks: Mapping[str, int | None]
+    ddl_steps: tuple[DDLRecord, ...]
+    guard: TsGuard | None = None
+    case_sensitive: bool = False
+
+    def partition_watermark(self, topic: str, partition: int, offset: int, idx: int) -> int | None:
+        """The partition's watermark just before ``(offset, idx)``: the largest of the starting watermark
+        and the marks before it (a smaller mark is a replay and moved nothing: a running maximum)."""
+        wm = self.start.get((topic, partition))
+        found = self.marks.get((topic, partition))
+        if found:
+            positions, after = found
+            i = bisect_left(positions, (offset, idx))
+            if i:
+                wm = after[i - 1]
+        return wm
+
+    def segment_of(self, record: Record) -> int:
+        """How many DDL steps of the batch come before ``record``."""
+        if self.mode == OFFSET_ORDER:
+            return len(self.ddl_steps)  # every DDL first, then the rows (offset-order plan)
+        return bisect_right(self._ddl_order, apply_order(record))
+
+    @property
+    def _ddl_order(self) -> list[tuple[Any, ...]]:
+        return [apply_order(d) for d in self.ddl_steps]
+
+    def apply_table(
+        self,
+        new: Iterable[ChangeRecord],
+        held: Iterable[ChangeRecord],
+        keys: KeyResolver,
+        screen: RecordScreen | None = None,
+    ) -> TableOutcome:
+        """The rules for the rows of one table: ``new`` from this batch, ``held`` from earlier batches.
+
+        Raises:
+            MissingKeyError: a row without its key columns (from :func:`~.merge.collapse`).
+        """
+        out = TableOutcome()
+        fold = (lambda r: r) if self.case_sensitive else _fold
+        candidates: list[ChangeRecord] = [fold(r) for r in held]
+        for rec in sorted((fold(r) for r in new), key=_order):
+            if self.guard is not None:
+                reason = self.guard.check(rec.commit_ts, f"{rec.kind} commit ts")
+                if reason is not None:
+                    out.rejected.append(RejectedTs(rec.topic, rec.partition, rec.offset, rec.idx, rec.kind,
+                                                   rec.commit_ts, reason))  # type: ignore[arg-type]
+                    continue
+            if self.mode == WATERMARK:
+                wm = self.partition_watermark(rec.topic, rec.partition, rec.offset, rec.idx)
+                if wm is not None and rec.commit_ts is not None and rec.commit_ts < wm:
+                    out.replays += 1
+                    continue
+            candidates.append(rec)
+        if self.mode == WATERMARK:
+            released = []
+            for rec in candidates:
+                upto = self.topic_watermarks.get(rec.topic)
+                if upto is not None and (rec.commit_ts or 0) <= upto:
+                    released.append(rec)
+                else:
+                    out.held.append(rec)
+            released.sort(key=apply_order)
+            out.held.sort(key=apply_order)
+        else:
+            released = sorted(candidates, key=_order)
+        out.released = len(released)
+        order = self._ddl_order
+        by_segment: dict[int, list[ChangeRecord]] = {}
+        for rec in released:
+            seg = len(order) if self.mode == OFFSET_ORDER else bisect_right(order, apply_order(rec))
+            by_segment.setdefault(seg, []).append(rec)
+        for seg in range(len(self.ddl_steps) + 1):
+            run = by_segment.get(seg)
+            if run:
+                kept = screen.rows(run) if screen is not None else run
+                if kept:
+                    for tc in collapse(kept, keys).values():
+                        out.segments.append((seg, tc))
+            if screen is not None and seg < len(self.ddl_steps):
+                screen.ddl(self.ddl_steps[seg])
+        return out
+
+
+def _fold(rec: ChangeRecord) -> ChangeRecord:
+    schema, table = fold_name(rec.schema), fold_name(rec.table)
+    if schema != rec.schema or table != rec.table:
+        return rec._replace(schema=schema, table=table)
+    return rec
+
+
+def plan_coordination(
+    state: ConsumerState,
+    ddl: Iterable[DDLRecord],
+    resolved: Sequence[ResolvedMark],
+    *,
+    mode: str,
+    partitions: Mapping[str, Iterable[int]] | None = None,
+    guard: TsGuard | None = None,
+    case_sensitive: bool = False,
+) -> tuple[BatchPlan, TableRules]:
+    """The driver's part: :func:`~.batch_planner.plan_batch` over the resolved marks and DDL only
+    (``state.held`` must hold only DDL: held rows live with the rows), and the :class:`TableRules` for the
+    executors. The plan's steps are the DDL steps; its state is the state after the batch, with the held
+    DDL (the held rows are the executors' :attr:`TableOutcome.held`).
+
+    Raises:
+        ValueError: held rows in ``state``, or an unknown mode.
+    """
+    if any(not isinstance(r, DDLRecord) for r in state.held):
+        raise ValueError("plan_coordination: state.held must hold only DDL (rows are held with the rows)")
+    plan = plan_batch(state, ddl, resolved, mode=mode, keys=KeyResolver(), partitions=partitions, guard=guard,
+                      case_sensitive=case_sensitive)
+    steps = tuple(s for s in plan.steps if isinstance(s, DDLRecord))
+    start = dict(state.watermarks)
+    marks: dict[tuple[str, int], tuple[tuple[tuple[int, int], ...], tuple[int, ...]]] = {}
+    if mode == WATERMARK:
+        bad = {(r.topic, r.partition, r.offset, r.idx) for r in plan.rejected if r.kind == "resolved"}
+        by_part: dict[tuple[str, int], list[ResolvedMark]] = {}
+        for m in resolved:
+            if (m.topic, m.partition, m.offset, m.idx) not in bad:
+                by_part.setdefault((m.topic, m.partition), []).append(m)
+        for tp, items in by_part.items():
+            items.sort(key=lambda m: (m.offset, m.idx))
+            wm = start.get(tp)
+            after = []
+            for m in items:
+                wm = m.ts if wm is None or m.ts >= wm else wm
+                after.append(wm)
+            marks[tp] = (tuple((m.offset, m.idx) for m in items), tuple(after))  # type: ignore[misc]
+    rules = TableRules(mode, start, marks, dict(plan.topic_watermarks), steps, guard, case_sensitive)
+    return plan, rules
+
+
+def group_rows(records: Iterable[ChangeRecord], case_sensitive: bool) -> dict[tuple[str, str], list[ChangeRecord]]:
+    """Rows by (folded) table, as the Spark engine groups them."""
+    out: dict[tuple[str, str], list[ChangeRecord]] = {}
+    fold: Callable[[str], str] = (lambda n: n) if case_sensitive else fold_name
+    for r in records:
+        out.setdefault((fold(r.schema), fold(r.table)), []).append(r)
+    return out
