@@ -85,8 +85,9 @@ def test_decimal_beyond_its_precision_or_scale_is_refused() -> None:
     ok = change(0, ("dec", int(T.DECIMAL), N, "123.45"), id_=1)
     too_big = change(1, ("dec", int(T.DECIMAL), N, "1234.50"), id_=2)
     too_fine = change(2, ("dec", int(T.DECIMAL), N, "1.234"), id_=3)
-    assert sc.rows([ok, too_big, too_fine]) == [ok]
-    assert [r.offset for r in sc.rejections] == [1, 2]
+    junk = change(3, ("dec", int(T.DECIMAL), N, "NaN"), id_=4)
+    assert sc.rows([ok, too_big, too_fine, junk]) == [ok]
+    assert [r.offset for r in sc.rejections] == [1, 2, 3]
     assert "DECIMAL(5,2)" in sc.rejections[0].error
 
 
@@ -336,3 +337,17 @@ def test_each_protocol_carries_odd_values_to_their_mapping_and_bad_ones_to_a_rej
     [rec] = kept
     got = {name: convert_value(v, tc, flags) for name, tc, flags, v in rec.new if name != "id"}
     assert got == {n: expected for n, _, _, expected in ODD_ROW}
+
+
+def test_a_value_that_reaches_the_merge_unscreened_names_its_table_and_column(tmp_path) -> None:
+    from ticdc_delta.core.merge import collapse
+    from ticdc_delta.core.batch_planner import RowsStep
+    from ticdc_delta.delta.applier import DeltaApplier
+    from ticdc_delta.delta.sink import DeltaRsSink
+
+    catalog = TableCatalog()
+    catalog.set_params("s", "t", "amt", TypeParams(5, 2))
+    applier = DeltaApplier(DeltaRsSink(str(tmp_path)), "cf", catalog=catalog)
+    step = RowsStep(collapse([change(0, ("amt", int(T.DECIMAL), N, "1234.567"))], KeyResolver()))
+    with pytest.raises(SinkError, match=r"table s\.t column 'amt': cannot write '1234.567' as DECIMAL\(5,2\)"):
+        applier.apply([step], 0)

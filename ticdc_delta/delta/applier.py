@@ -21,6 +21,7 @@ from ..core.merge import DELETE, TableChanges
 from ..core.records import DDLRecord
 from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, converter_for, widens
 from .sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, TableSink, batch_txn
+from ..errors import SinkError
 
 __all__ = ["TableCatalog", "ApplyResult", "DeltaApplier", "METADATA_COMMIT_TS", "METADATA_OP"]
 
@@ -239,7 +240,12 @@ class DeltaApplier:
             type_code, flags = col_types[name]
             params = self.catalog.params(ident.schema, ident.table, name)
             convert = converter_for(type_code, flags, params, self.tz)
-            values = [None if (v := img.get(name)) is None else convert(v) for img in images]
+            try:
+                values = [None if (v := img.get(name)) is None else convert(v) for img in images]
+            except SinkError as exc:
+                # the value screen (value_check) refuses such changes before the batch; reaching this
+                # means the type parameters changed in a way it could not follow (see value_check)
+                raise SinkError(f"table {ident.schema}.{ident.table} column {name!r}: {exc}") from exc
             columns.append(pa.array(values, type=arrow_type_for(type_code, flags, params)))
             fields.append(pa.field(have.get(name.lower(), name), columns[-1].type))
         if meta and upserts:

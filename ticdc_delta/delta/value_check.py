@@ -33,11 +33,13 @@ import math
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
+import pyarrow as pa
+
 from ..codec.model import TypeCode
 from ..core.records import ChangeRecord, DDLRecord
 from ..errors import SinkError, preview
 from .applier import TableCatalog
-from .arrow_types import converter_for
+from .arrow_types import arrow_type_for, converter_for
 
 __all__ = ["Rejection", "ValueScreen", "column_name_problem", "describe_rejections", "value_bytes"]
 
@@ -114,6 +116,11 @@ def _fold(name: str) -> str:
     return fold_name(name)
 
 
+def _decimal_number(value: Any) -> None:
+    if not _is_decimal_number(value):
+        raise SinkError(f"cannot write {preview(value)} as a DECIMAL (not a decimal number)")
+
+
 def _is_decimal_number(value: Any) -> bool:
     if isinstance(value, bool):
         return False
@@ -165,10 +172,12 @@ class ValueScreen:
         self._case_sensitive = case_sensitive
         self._table_problem = table_problem
         self._changed_schemas: set[str] = set()
+        self._checks: dict[tuple[Any, ...], Any] = {}
         self.rejections: list[Rejection] = []
 
     def ddl(self, record: DDLRecord) -> None:
         """A DDL comes before the next rows: follow what it does to type parameters."""
+        self._checks.clear()
         from ..schema import ddl as d
         from .ddl_replay import column_params
 
@@ -223,30 +232,52 @@ class ValueScreen:
             reason = self._table_problem(rec.schema, rec.table)
             if reason:
                 return self._reject(rec, None, None, reason)
-        changed = rec.schema in self._changed_schemas
+        checks = self._checks
+        schema, table = rec.schema, rec.table
         for image in (rec.new, rec.old):
             if not image:
                 continue
             for name, type_code, flags, value in image:
-                problem = column_name_problem(name)
-                if problem is not None:
-                    return self._reject(rec, name, name, problem)
+                key = (schema, table, name, type_code, flags)
+                check = checks.get(key)
+                if check is None:
+                    check = checks[key] = self._check_for(schema, table, name, type_code, flags)
+                if isinstance(check, str):
+                    return self._reject(rec, name, name, check)
                 if value is None:
                     continue
                 try:
-                    if type_code == _DECIMAL:
-                        if not _is_decimal_number(value):
-                            raise SinkError(f"cannot write {preview(value)} as a DECIMAL (not a decimal number)")
-                        if changed:
-                            continue
-                    params = (
-                        self._params(rec.schema, rec.table, name)
-                        if type_code == _DECIMAL or type_code in _LABELS else None
-                    )
-                    converter_for(type_code, flags, params, self._tz)(value)
+                    check(value)
                 except SinkError as exc:
                     return self._reject(rec, name, value, str(exc))
         return None
+
+    def _check_for(self, schema: str, table: str, name: Any, type_code: int, flags: int) -> Any:
+        """The check of one column's values (a function raising SinkError), or why the column itself
+        cannot be written (a str). Cached per column until the next DDL."""
+        problem = column_name_problem(name)
+        if problem is not None:
+            return problem
+        if type_code == _DECIMAL and schema in self._changed_schemas:
+            return _decimal_number
+        params = self._params(schema, table, name) if type_code == _DECIMAL or type_code in _LABELS else None
+        try:
+            convert = converter_for(type_code, int(flags), params, self._tz)
+        except SinkError as exc:  # an unknown type code, impossible DECIMAL parameters
+            error = str(exc)
+
+            def refuse(value: Any) -> None:
+                raise SinkError(error)
+
+            return refuse
+        if type_code != _DECIMAL or pa.types.is_decimal(arrow_type_for(type_code, int(flags), params)):
+            return convert  # a Delta decimal's converter refuses what is not a number itself
+
+        def decimal(value: Any) -> None:
+            _decimal_number(value)
+            convert(value)
+
+        return decimal
 
     @staticmethod
     def _reject(rec: ChangeRecord, column: str | None, value: Any, error: str) -> Rejection:
