@@ -389,7 +389,14 @@ class LocalBroker:
         while True:
             metadata = admin.list_topics(timeout=max(0.5, deadline - time.monotonic()))
             topic = metadata.topics.get(name)
-            if topic is not None and topic.error is None and len(topic.partitions) == partitions:
+            if (
+                topic is not None
+                and topic.error is None
+                and len(topic.partitions) == partitions
+                and all(p.leader >= 0 and p.error is None for p in topic.partitions.values())
+            ):
+                # metadata has a leader everywhere; wait until the leader also answers for the log
+                self._wait_for_leaders(name, partitions, deadline)
                 return
             if time.monotonic() >= deadline:
                 raise BrokerUnavailableError(
@@ -468,13 +475,49 @@ class LocalBroker:
             )
         return count
 
-    def high_watermarks(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
-        """The current high watermark of each listed partition of ``topic``."""
+    def _wait_for_leaders(self, topic: str, partitions: int, deadline: float) -> None:
+        while True:
+            try:
+                self.high_watermarks(topic, range(partitions), timeout_s=max(0.5, deadline - time.monotonic()))
+                return
+            except KafkaException as exc:
+                if time.monotonic() >= deadline:
+                    raise BrokerUnavailableError(
+                        f"topic {topic!r} on {self.bootstrap_servers} has no serving leader yet: {exc}"
+                    ) from None
+
+    def high_watermarks(
+        self, topic: str, partitions: Iterable[int], *, timeout_s: float = 15.0
+    ) -> dict[int, int]:
+        """The current high watermark of each listed partition of ``topic``.
+
+        Retriable answers (a partition whose leader is still being elected, e.g. right after the topic
+        was created or the broker restarted) are retried until ``timeout_s``.
+
+        Raises:
+            KafkaException: the last error, when no answer came within ``timeout_s``.
+        """
         consumer = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": "ticdc-delta-wm"})
+        deadline = time.monotonic() + timeout_s
+        out: dict[int, int] = {}
         try:
-            return {
-                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10.0)[1]
-                for p in partitions
-            }
+            for p in partitions:
+                while True:
+                    try:
+                        out[p] = consumer.get_watermark_offsets(
+                            TopicPartition(topic, p), timeout=max(0.5, deadline - time.monotonic())
+                        )[1]
+                        break
+                    except KafkaException as exc:
+                        err = exc.args[0] if exc.args else None
+                        retriable = isinstance(err, KafkaError) and (
+                            err.retriable()
+                            or err.code()
+                            in (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART)
+                        )
+                        if not retriable or time.monotonic() >= deadline:
+                            raise
+                        time.sleep(0.1)
+            return out
         finally:
             consumer.close()

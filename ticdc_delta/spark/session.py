@@ -42,6 +42,9 @@ DEFAULT_CONFS: dict[str, str] = {
     "spark.python.worker.faulthandler.enabled": "true",
     # the unit of work per micro-batch is small; AQE only adds planning time there
     "spark.sql.adaptive.enabled": "false",
+    # secrets in option values (the Kafka source's sasl.jaas.config) never show in plans, logs or the UI
+    "spark.redaction.regex": r"(?i)secret|password|token|access[.]?key|jaas",
+    "spark.sql.redaction.string.regex": r'(?i)(password|secret|token)\s*=\s*("[^"]*"|[^\s;,)]+)',
     # Python workers are forked from a daemon that has pyarrow, confluent-kafka and the codecs loaded
     "spark.python.daemon.module": "ticdc_delta.spark.worker_daemon",
 }
