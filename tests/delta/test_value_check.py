@@ -351,3 +351,18 @@ def test_a_value_that_reaches_the_merge_unscreened_names_its_table_and_column(tm
     step = RowsStep(collapse([change(0, ("amt", int(T.DECIMAL), N, "1234.567"))], KeyResolver()))
     with pytest.raises(SinkError, match=r"table s\.t column 'amt': cannot write '1234.567' as DECIMAL\(5,2\)"):
         applier.apply([step], 0)
+
+
+def test_canal_json_column_name_with_nul_decodes_and_is_refused() -> None:
+    from ticdc_delta.codec import decoder_for
+    from ticdc_delta.codec.model import DecodeContext
+    from ticdc_delta.core.records import record_from_event
+
+    msg = ('{"id":0,"database":"shop","table":"t","pkNames":["id"],"isDdl":false,"type":"INSERT","es":1,"ts":1,'
+           '"sql":"","sqlType":{"id":4,"n\\u0000x":12},"mysqlType":{"id":"int","n\\u0000x":"varchar"},'
+           '"data":[{"id":"1","n\\u0000x":"v"}],"old":null}')
+    [ev] = decoder_for("canal-json", {}).decode(None, msg.encode(), DecodeContext("cdc", 0, 5))
+    sc = screen_of()
+    assert sc.rows([record_from_event(ev, "cdc", 0, 5, 0)]) == []
+    [r] = sc.rejections
+    assert (r.offset, r.column) == (5, "n\x00x") and "NUL" in r.error
