@@ -26,6 +26,7 @@ __all__ = [
     "LargeMessageError",
     "HandleKeyOnlyError",
     "ClaimCheckError",
+    "ClaimCheckUnavailableError",
     "EncodeError",
     "ConfigError",
     "BrokerUnavailableError",
@@ -38,6 +39,8 @@ __all__ = [
     "ImplausibleTimestampError",
     "CheckpointMismatchError",
     "ConcurrentJobError",
+    "SnapshotFormatError",
+    "SnapshotConflictError",
 ]
 
 
@@ -176,6 +179,11 @@ class ClaimCheckError(LargeMessageError):
     configured, the object is missing or unreadable, or it is not a valid claim-check message."""
 
 
+class ClaimCheckUnavailableError(TransientError):
+    """The claim-check storage failed on every bounded attempt (network, permissions, throttling): the
+    object may well be there, so the batch is retried rather than its message dead-lettered."""
+
+
 class EncodeError(TerminalError):
     """An event that the chosen protocol cannot carry (e.g. a DDL in Avro)."""
 
@@ -227,3 +235,15 @@ class CheckpointMismatchError(TerminalError):
 
 class ConcurrentJobError(TerminalError):
     """Another job wrote the same checkpoint's state while this one ran (two jobs on one checkpoint)."""
+
+
+class SnapshotFormatError(TerminalError):
+    """A file of a snapshot export (Dumpling's ``metadata``, a schema file, a data file) that is missing,
+    truncated or not in the format it claims; names the file and what was expected and what came.
+    Raised before the table it belongs to is committed: no half-loaded table becomes visible."""
+
+
+class SnapshotConflictError(TerminalError):
+    """A snapshot that must not be loaded or streamed past as things are: the stream already applied
+    changes of a table after the snapshot's TSO, a newer snapshot is loaded, or a load was interrupted
+    (re-run the ``snapshot`` command). Says which table and TSOs, and the way out."""

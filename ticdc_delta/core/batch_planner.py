@@ -33,6 +33,7 @@ from .records import ChangeRecord, DDLRecord, Record
 from .resolved_ts import WatermarkTracker
 from ..locations import fold_name
 from .ts_guard import TsGuard
+from .snapshot_seam import SnapshotSeam
 
 __all__ = [
     "WATERMARK",
@@ -113,6 +114,7 @@ class BatchPlan:
     rows_released: int = 0
     topic_watermarks: dict[str, int | None] = field(default_factory=dict)
     rejected: list[RejectedTs] = field(default_factory=list)
+    snapshot_dropped: int = 0
 
     @property
     def held(self) -> int:
@@ -134,6 +136,7 @@ def plan_batch(
     guard: TsGuard | None = None,
     case_sensitive: bool = False,
     screen: RecordScreen | None = None,
+    seam: SnapshotSeam | None = None,
 ) -> BatchPlan:
     """Plan a micro-batch from the previous ``state`` and the batch's decoded records and resolved marks.
 
@@ -151,6 +154,10 @@ def plan_batch(
     job's :class:`~ticdc_delta.delta.value_check.ValueScreen` drops values no Delta column can hold). It
     must decide from the records alone, so that the plan stays deterministic.
 
+    ``seam``, when given, drops the rows and DDL a table's snapshot already holds (commit ts ≤ its
+    snapshot TSO, :mod:`.snapshot_seam`), new and held alike; they are counted in
+    :attr:`BatchPlan.snapshot_dropped`.
+
     Raises:
         ValueError: unknown mode; MissingKeyError (from :mod:`.merge`) for a row without its key.
     """
@@ -164,9 +171,17 @@ def plan_batch(
     if guard is not None:
         records = _plausible(records, guard, rejected)
         resolved = _plausible(resolved, guard, rejected)
+    snapshot_dropped = 0
+    if seam:
+        records, snapshot_dropped = seam.split(records)
+        if state.held:
+            held, dropped_held = seam.split(state.held)
+            snapshot_dropped += dropped_held
+            state = ConsumerState(state.watermarks, held, state.applied_ddl)
     if mode == OFFSET_ORDER:
         plan = _plan_offset_order(state, records, keys, screen)
         plan.rejected = rejected
+        plan.snapshot_dropped = snapshot_dropped
         return plan
 
     tracker = WatermarkTracker(state.watermarks)
@@ -208,6 +223,7 @@ def plan_batch(
         rows_released=sum(1 for r in released if isinstance(r, ChangeRecord)),
         topic_watermarks=topic_wms,
         rejected=rejected,
+        snapshot_dropped=snapshot_dropped,
     )
 
 

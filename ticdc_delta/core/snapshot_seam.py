@@ -1,0 +1,65 @@
+"""The seam between a table's snapshot and its stream: changes the snapshot already holds are dropped.
+
+A snapshot of a table taken at TSO ``S`` (Dumpling ``--snapshot``/``--consistency``, or a read with
+``tidb_snapshot``) holds exactly the effect of every transaction with commit ts ≤ ``S``. A changefeed
+created with ``--start-ts=S`` sends the changes with commit ts > ``S``; one started earlier sends some
+the snapshot already holds. The rule: **for a table with a snapshot at ``S``, a row change or DDL of that
+table with commit ts ≤ ``S`` is dropped; everything later applies as usual.** A table without a snapshot
+is not affected. A DDL that names no table (CREATE/DROP DATABASE) is dropped when its commit ts is ≤ the
+snapshot TSO of every snapshot table of its schema (they were all taken after it). A record without a
+commit ts (Avro, Canal-JSON without the TiDB extension) cannot be placed: it is kept — start the
+changefeed exactly at the snapshot TSO there.
+
+Plain Python, no Spark: the planner applies it to records as they enter (:mod:`.batch_planner`).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from .records import DDLRecord, Record
+
+__all__ = ["SnapshotSeam"]
+
+
+class SnapshotSeam:
+    """Snapshot TSOs per ``(schema, table)`` (names as the planner compares them: folded unless the job is
+    case-sensitive).
+
+    Raises:
+        ValueError: a TSO that is not a positive int.
+    """
+
+    def __init__(self, tsos: Mapping[tuple[str, str], int]) -> None:
+        for key, ts in tsos.items():
+            if not isinstance(ts, int) or isinstance(ts, bool) or ts <= 0:
+                raise ValueError(f"snapshot TSO of {key!r} must be a positive int, got {ts!r}")
+        self.tsos = dict(tsos)
+        self._schema_min: dict[str, int] = {}
+        for (schema, _), ts in self.tsos.items():
+            self._schema_min[schema] = min(ts, self._schema_min.get(schema, ts))
+
+    def __bool__(self) -> bool:
+        return bool(self.tsos)
+
+    def covers(self, record: Record) -> bool:
+        """Whether the snapshot of ``record``'s table already holds it (so it must be dropped)."""
+        ts = record.commit_ts
+        if ts is None:
+            return False
+        if isinstance(record, DDLRecord) and not record.table:
+            bound = self._schema_min.get(record.schema)
+        else:
+            bound = self.tsos.get((record.schema, record.table))
+        return bound is not None and ts <= bound
+
+    def split(self, records: Iterable[Record]) -> tuple[list[Record], int]:
+        """The records the snapshots do not hold, in order, and how many were dropped."""
+        kept: list[Record] = []
+        dropped = 0
+        for rec in records:
+            if self.covers(rec):
+                dropped += 1
+            else:
+                kept.append(rec)
+        return kept, dropped
