@@ -67,6 +67,15 @@ from ..errors import (
     preview,
 )
 from .base import Message, parse_bool_option
+from .claim_check import (
+    RAW_VALUE_OPTION,
+    STORAGE_OPTION,
+    ClaimCheckStorage,
+    claim_check_file_name,
+    large_message_policy,
+    pack_claim_check_message,
+    unpack_claim_check_message,
+)
 from .compression import compress, compression_option, decompress
 from .model import (
     BLOB_TYPES,
@@ -618,8 +627,12 @@ class CanalJsonDecoder:
             ValueError: ``enable-tidb-extension`` is not a boolean word, or an unknown
                 ``large-message-handle-compression``.
         """
-        self._extension = parse_bool_option(dict(options or {}), "enable-tidb-extension", False)
-        self._compression = compression_option(options)
+        opts = dict(options or {})
+        self._extension = parse_bool_option(opts, "enable-tidb-extension", False)
+        self._compression = compression_option(opts)
+        uri = opts.get(STORAGE_OPTION)
+        self._claim_check = ClaimCheckStorage(uri) if uri else None
+        self._claim_check_raw = parse_bool_option(opts, RAW_VALUE_OPTION, False)
         self._clear_caches()
 
     def _clear_caches(self) -> None:
@@ -640,11 +653,14 @@ class CanalJsonDecoder:
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled to Spark executors: the caches hold generated functions, which do not pickle.
-        return {"extension": self._extension, "compression": self._compression}
+        return {"extension": self._extension, "compression": self._compression,
+                "claim_check": self._claim_check, "claim_check_raw": self._claim_check_raw}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._extension = bool(state["extension"])
         self._compression = str(state.get("compression", "none"))
+        self._claim_check = state.get("claim_check")
+        self._claim_check_raw = bool(state.get("claim_check_raw", False))
         self._clear_caches()
 
     # -- entry point --------------------------------------------------------------------------------------
@@ -663,6 +679,9 @@ class CanalJsonDecoder:
                 claim-check / handle-key-only reference to a row it does not contain.
             CompressionError: ``large-message-handle-compression`` is set and the value does not
                 decompress with it.
+            ClaimCheckError: a claim-check reference without ``claim-check-storage-uri``, or whose object
+                is missing or invalid.
+            ClaimCheckUnavailableError: the claim-check storage kept failing (transient).
         """
         if self._compression != "none" and value is not None:
             # TiCDC compresses the whole value of every Canal-JSON message
@@ -670,6 +689,10 @@ class CanalJsonDecoder:
                 value = decompress(self._compression, bytes(value), PROTOCOL)
             except DecodeError as exc:
                 raise exc.with_context(*ctx) from None
+        return self._decode_value(value, ctx, False)
+
+    def _decode_value(self, value: bytes | None, ctx: DecodeContext, claimed: bool) -> list[Event]:
+        """:meth:`decode` of a decompressed value (``claimed``: read from a claim-check object)."""
         if value.__class__ is bytes and _fast_parse is not None:
             try:
                 events = self._fast_rows(_fast_parse(value), ctx)
@@ -688,6 +711,13 @@ class CanalJsonDecoder:
         if msg.__class__ is not dict:
             raise _error(ctx, f"value must be a JSON object, got {_type_name(msg)}", FramingError)
 
+        tidb = msg.get("_tidb")
+        if tidb.__class__ is dict and "claimCheckLocation" in tidb and self._claim_check is not None:
+            # TiCDC's large-message claim check: the message is a reference to the stored full message
+            if claimed:
+                raise _error(ctx, "a claim-check object refers to another claim-check object", ClaimCheckError)
+            return self._claimed(tidb["claimCheckLocation"], ctx)
+
         # TiCDC's consumer: isDdl true is a DDL; otherwise TIDB_WATERMARK is a watermark, else a DML.
         is_ddl = msg.get("isDdl")
         if is_ddl is False:
@@ -702,11 +732,36 @@ class CanalJsonDecoder:
             raise _error(ctx, f"field type must be a string, got {_type_name(kind)}")
         if is_ddl is True:
             return [self._ddl(msg, ctx)]
-        tidb = msg.get("_tidb")
         if tidb.__class__ is dict and "claimCheckLocation" in tidb:
             # TiCDC's large-message claim check: {"_tidb": {"claimCheckLocation": ...}} and nothing else.
             raise _error(ctx, _claim_check_reason(tidb), ClaimCheckError)
         raise _error(ctx, f"field isDdl must be a boolean, got {_type_name(is_ddl)}")
+
+    def _claimed(self, location: Any, ctx: DecodeContext) -> list[Event]:
+        """The rows of the message a claim-check reference stands for, read from the claim-check storage
+        (the ClaimCheckMessage JSON, or with ``claim-check-raw-value`` the raw value; compressed as every
+        value is).
+
+        Raises:
+            ClaimCheckError: the object is missing or is not a valid Canal-JSON row message.
+            ClaimCheckUnavailableError: the storage kept failing.
+        """
+        assert self._claim_check is not None
+        try:
+            name = claim_check_file_name(location, PROTOCOL)
+            data = self._claim_check.read(location, PROTOCOL)
+            if not self._claim_check_raw:
+                _, data = unpack_claim_check_message(data, PROTOCOL, name)
+            if self._compression != "none":
+                data = decompress(self._compression, data, PROTOCOL, f"claim-check object {name!r}")
+            events = self._decode_value(data, ctx, True)
+        except ClaimCheckError as exc:
+            raise exc.with_context(*ctx) from None
+        except DecodeError as exc:
+            raise _error(ctx, f"claim-check object {name!r}: {exc.reason}", ClaimCheckError) from None
+        if not events or not all(isinstance(e, RowChange) for e in events):
+            raise _error(ctx, f"claim-check object {name!r} holds no row message", ClaimCheckError)
+        return events
 
     # -- DDL / watermark / commit ts ----------------------------------------------------------------------
 
@@ -1079,7 +1134,9 @@ class CanalJsonEncoder:
     Options (TiCDC sink-uri names): ``enable-tidb-extension`` (default false) adds ``_tidb.commitTs``
     and makes resolved events into TIDB_WATERMARK messages; ``only-output-updated-columns`` (default
     false) writes only the changed columns in an UPDATE's ``old``; ``large-message-handle-compression``
-    (lz4 | snappy) compresses every message value.
+    (lz4 | snappy) compresses every message value; ``large-message-handle-option`` (handle-key-only |
+    claim-check, with ``max-message-bytes``, ``claim-check-storage-uri`` and ``claim-check-raw-value``)
+    handles rows above the size limit as TiCDC does.
 
     ``es`` and ``ts`` are both the commit ts's physical time (``commit_ts >> 18``, milliseconds), so the
     output is deterministic (TiCDC writes the wall clock into ``ts``). Fields come in the order of the
@@ -1099,6 +1156,9 @@ class CanalJsonEncoder:
         self._extension = parse_bool_option(opts, "enable-tidb-extension", False)
         self._only_updated = parse_bool_option(opts, "only-output-updated-columns", False)
         self._compression = compression_option(opts)
+        self._large = large_message_policy(opts)
+        if self._large.mode != "none" and not self._extension:
+            raise ValueError("large-message-handle-option needs enable-tidb-extension=true (as TiCDC requires)")
 
     def encode(self, events: Sequence[Event]) -> list[Message]:
         """One message per event, in order.
@@ -1108,9 +1168,32 @@ class CanalJsonEncoder:
                 operation needs, a value that does not fit its column type, a type Canal-JSON cannot
                 carry, a commit ts outside 0..2^64-1.
         """
+        if self._large.mode != "none":
+            return [Message(None, self._value_or_reference(e)) for e in events]
         if self._compression != "none":
             return [Message(None, compress(self._compression, self._encode_one(e))) for e in events]
         return [Message(None, self._encode_one(e)) for e in events]
+
+    def _value_or_reference(self, event: Event) -> bytes:
+        """The (compressed) value of ``event``; a row above ``max-message-bytes`` as TiCDC's large-message
+        handling writes it: the handle-key columns with ``_tidb.onlyHandleKey``, or (claim-check) the
+        whole value stored and ``_tidb.claimCheckLocation`` added."""
+        value = compress(self._compression, self._encode_one(event))
+        if not isinstance(event, RowChange) or not self._large.too_large(len(value)):
+            return value
+        keys_only = event._replace(
+            columns=None if event.columns is None else tuple(c for c in event.columns if c.is_key),
+            old=None if event.old is None else tuple(c for c in event.old if c.is_key),
+        )
+        small = self._encode_one(keys_only)
+        if self._large.mode == "claim-check":
+            stored = value if self._large.raw_value else pack_claim_check_message(None, value)
+            location = self._large.store(event.schema, event.table, event.commit_ts, stored)
+            extra = b',"claimCheckLocation":' + orjson.dumps(location)
+        else:
+            extra = b',"onlyHandleKey":true'
+        # the message ends with its _tidb object: {..."_tidb":{"commitTs":N}}
+        return compress(self._compression, small[:-2] + extra + b"}}")
 
     def _ts(self, ts: Any, what: str) -> int:
         if type(ts) is not int or not 0 <= ts < _U64_LIMIT:

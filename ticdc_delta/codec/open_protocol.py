@@ -46,6 +46,13 @@ from ..errors import (
     preview,
 )
 from .base import Message
+from .claim_check import (
+    STORAGE_OPTION,
+    ClaimCheckStorage,
+    large_message_policy,
+    pack_claim_check_message,
+    unpack_claim_check_message,
+)
 from .compression import compress, compression_option, decompress
 from .model import (
     BLOB_TYPES,
@@ -464,6 +471,7 @@ class OpenProtocolDecoder:
         """
         self.options = dict(options or {})
         self._compression = compression_option(self.options)
+        self._claim_check = _claim_check_storage(self.options)
         self._clear_caches()
 
     def _clear_caches(self) -> None:
@@ -479,6 +487,7 @@ class OpenProtocolDecoder:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.options = dict(state["options"])
         self._compression = compression_option(self.options)
+        self._claim_check = _claim_check_storage(self.options)
         self._clear_caches()
 
     def decode(self, key: bytes | None, value: bytes | None, ctx: DecodeContext) -> list[Event]:
@@ -497,7 +506,7 @@ class OpenProtocolDecoder:
         except _Bad as exc:
             raise DecodeError(PROTOCOL, str(exc), *ctx) from None
 
-    def _decode(self, key: bytes | None, value: bytes | None, ctx: DecodeContext) -> list[Event]:
+    def _decode(self, key: bytes | None, value: bytes | None, ctx: DecodeContext, *, claimed: bool = False) -> list[Event]:
         if not key or len(key) < 8:
             raise FramingError(
                 PROTOCOL, f"key must start with the 8-byte protocol version, got {len(key or b'')} bytes"
@@ -525,7 +534,7 @@ class OpenProtocolDecoder:
             values = [b""] * len(keys)
         events: list[Event] = []
         for i, (k, v) in enumerate(zip(keys, values)):
-            events.append(self._event(_json(k, f"event key {i}"), v, i, ctx))
+            events.append(self._event(_json(k, f"event key {i}"), v, i, ctx, claimed))
         return events
 
     def _fast_events(self, keys: list[bytes], values: list[bytes], ctx: DecodeContext) -> list[Event] | None:
@@ -592,7 +601,7 @@ class OpenProtocolDecoder:
         self._shapes[(names, types, flags)] = shape
         return shape
 
-    def _event(self, k: Any, v: bytes, i: int, ctx: DecodeContext) -> Event:
+    def _event(self, k: Any, v: bytes, i: int, ctx: DecodeContext, claimed: bool = False) -> Event:
         if type(k) is not dict:
             raise _Bad(f"event key {i} must be a JSON object")
         ts = k.get("ts")
@@ -608,7 +617,9 @@ class OpenProtocolDecoder:
             # TiCDC's large-message handling writes these flags in the event key (messageKey.OnlyHandleKey
             # "ohk", messageKey.ClaimCheckLocation "ccl"); the value then holds only the handle key
             # columns, which must never be applied as if they were the row.
-            self._large_message(k, v, i, schema, table, ts)
+            claim = self._large_message(k, v, i, schema, table, ts, claimed)
+            if claim is not None:
+                return self._claimed_row(claim, i, schema, table, ts, ctx)
         if kind == _KIND_ROW:
             body = _json(v, f"row value {i}")
             if type(body) is not dict:
@@ -632,14 +643,18 @@ class OpenProtocolDecoder:
             return DDLEvent(ts, schema, table, body["q"], ddl_type, ctx)
         raise _Bad(f"event key {i} has unknown event type \"t\": {preview(kind)}")
 
-    def _large_message(self, k: dict[str, Any], v: bytes, i: int, schema: str, table: str, ts: int) -> None:
-        """Refuse a row entry that TiCDC's large-message handling reduced to its handle key.
+    def _large_message(
+        self, k: dict[str, Any], v: bytes, i: int, schema: str, table: str, ts: int, claimed: bool
+    ) -> str | None:
+        """The claim-check location of a row entry that TiCDC's large-message handling reduced to its
+        handle key, when this decoder has the claim-check storage; otherwise refuse the entry.
 
-        A handle-key-only DELETE passes: deleting by the handle key is the whole change (TiCDC's
+        A handle-key-only DELETE passes (None): deleting by the handle key is the whole change (TiCDC's
         ``delete-only-output-handle-key-columns`` and old-value-off deletes look the same).
 
         Raises:
-            ClaimCheckError: a claim-check reference (``"ccl"``).
+            ClaimCheckError: a claim-check reference (``"ccl"``) without ``claim-check-storage-uri``, or
+                one inside a claim-check object (``claimed``).
             HandleKeyOnlyError: a handle-key-only row (``"ohk": true``).
             _Bad: the flags are of the wrong JSON type.
         """
@@ -647,6 +662,10 @@ class OpenProtocolDecoder:
         ccl, ohk = k.get("ccl", ""), k.get("ohk", False)
         if type(ccl) is not str or type(ohk) is not bool:
             raise _Bad(f'event key {i}: "ccl" must be a string and "ohk" a boolean, got {preview(ccl)}, {preview(ohk)}')
+        if ccl and claimed:
+            raise ClaimCheckError(PROTOCOL, f"{where}: a claim-check object refers to another one ({preview(ccl)})")
+        if ccl and self._claim_check is not None:
+            return ccl
         if ccl:
             raise ClaimCheckError(
                 PROTOCOL,
@@ -661,6 +680,40 @@ class OpenProtocolDecoder:
                 "of the row exists only in the upstream TiDB, which this job does not query; change the "
                 "changefeed to large-message-handle-option=claim-check (or raise max-message-bytes)",
             )
+        return None
+
+    def _claimed_row(self, location: str, i: int, schema: str, table: str, ts: int, ctx: DecodeContext) -> Event:
+        """The full row a claim-check reference stands for, read from the claim-check storage: TiCDC
+        stored the whole too-large Kafka message (versioned key, length-prefixed compressed value).
+
+        Raises:
+            ClaimCheckError: the object is missing, not a claim-check message, or not the referenced row.
+            ClaimCheckUnavailableError: the storage kept failing.
+        """
+        assert self._claim_check is not None
+        data = self._claim_check.read(location, PROTOCOL)
+        name = location.rsplit("/", 1)[-1]
+        key, value = unpack_claim_check_message(data, PROTOCOL, name)
+        try:
+            events = self._decode(key, value, ctx, claimed=True)
+        except (DecodeError, _Bad) as exc:
+            reason = exc.reason if isinstance(exc, DecodeError) else str(exc)
+            raise ClaimCheckError(PROTOCOL, f"claim-check object {name!r}: {reason}") from None
+        if len(events) != 1 or not isinstance(events[0], RowChange):
+            raise ClaimCheckError(PROTOCOL, f"claim-check object {name!r} holds {len(events)} events, not one row")
+        row = events[0]
+        if (row.commit_ts, row.schema, row.table) != (ts, schema, table):
+            raise ClaimCheckError(
+                PROTOCOL,
+                f"claim-check object {name!r} holds a row of {row.schema}.{row.table} at {row.commit_ts}, "
+                f"not the referenced row {i} of {schema}.{table} at {ts}",
+            )
+        return row
+
+
+def _claim_check_storage(options: Mapping[str, str]) -> ClaimCheckStorage | None:
+    uri = options.get(STORAGE_OPTION)
+    return ClaimCheckStorage(uri) if uri else None
 
 
 def _full_old_image(new: dict[str, Any], old: Any, i: int) -> Any:
@@ -729,7 +782,9 @@ class OpenProtocolEncoder:
     Options: ``enable-old-value`` (default true; false drops ``"p"`` from updates and leaves only the
     handle-key columns in deletes, like TiCDC with the old value feature off), ``max-batch-size``,
     ``large-message-handle-compression`` (lz4 | snappy: each row and DDL value entry compressed),
-    ``only-output-updated-columns`` (``"p"`` keeps only the columns an update changed).
+    ``only-output-updated-columns`` (``"p"`` keeps only the columns an update changed),
+    ``large-message-handle-option`` (handle-key-only | claim-check) with ``max-message-bytes`` and
+    ``claim-check-storage-uri`` (where claim-check objects are written).
     """
 
     protocol = PROTOCOL
@@ -741,6 +796,7 @@ class OpenProtocolEncoder:
         self.old_value = parse_bool_option(opts, "enable-old-value", True)
         self.compression = compression_option(opts)
         self.only_updated = parse_bool_option(opts, "only-output-updated-columns", False)
+        self.large = large_message_policy(opts)
         try:
             self.max_batch = int(opts.get("max-batch-size", "16"))
         except ValueError:
@@ -766,7 +822,10 @@ class OpenProtocolEncoder:
                             name: col for name, col in value["p"].items()
                             if name not in unchanged or col != value["u"][name]
                         }
-            return orjson.dumps(key), compress(self.compression, orjson.dumps(value)), True
+            k, v = orjson.dumps(key), compress(self.compression, orjson.dumps(value))
+            if self.large.too_large(len(k) + len(v) + 24):  # + 8-byte version and two 8-byte lengths
+                return self._large_row(e, key, k, v)
+            return k, v, True
         if isinstance(e, DDLEvent):
             key = {"ts": e.commit_ts, "scm": e.schema, "tbl": e.table, "t": _KIND_DDL}
             body = orjson.dumps({"q": e.query, "t": e.ddl_type})
@@ -774,6 +833,26 @@ class OpenProtocolEncoder:
         if isinstance(e, ResolvedEvent):
             return orjson.dumps({"ts": e.commit_ts, "t": _KIND_RESOLVED}), b"", False
         raise EncodeError(f"{PROTOCOL}: not an event: {type(e).__name__}")
+
+    def _large_row(self, e: RowChange, key: dict[str, Any], k: bytes, v: bytes) -> tuple[bytes, bytes, bool]:
+        """A row entry above ``max-message-bytes`` as TiCDC's large-message handling writes it: only the
+        handle-key columns, flagged ``"ohk": true``, or (claim-check) the whole message stored and its
+        location in ``"ccl"``, sent as a message of its own."""
+        def keys_only(cols: Any) -> dict[str, Any]:
+            return _wire_columns([c for c in cols if c.flags & ColumnFlag.HANDLE_KEY])
+
+        if e.columns is None:
+            small: dict[str, Any] = {"d": keys_only(e.old or ())}
+        else:
+            small = {"u": keys_only(e.columns)}
+            if e.old is not None and self.old_value:
+                small["p"] = keys_only(e.old)
+        small_value = compress(self.compression, orjson.dumps(small))
+        if self.large.mode == "claim-check":
+            stored = pack_claim_check_message(_frame([k], version=True), _frame([v], version=False))
+            location = self.large.store(e.schema, e.table, e.commit_ts, stored)
+            return orjson.dumps({**key, "ccl": location}), small_value, False
+        return orjson.dumps({**key, "ohk": True}), small_value, True
 
     def encode(self, events: Sequence[Event]) -> list[Message]:
         """Messages for ``events`` in order.

@@ -1,0 +1,145 @@
+"""large-message-handle-option=claim-check / handle-key-only for Open Protocol and Canal-JSON: the stored
+message is read back from a local claim-check directory; nothing key-only is ever decoded as a row."""
+
+from __future__ import annotations
+
+import base64
+import pickle
+import struct
+from pathlib import Path
+
+import orjson
+import pytest
+
+from ticdc_delta.codec import decoder_for, encoder_for
+from ticdc_delta.codec.claim_check import ClaimCheckStorage, pack_claim_check_message
+from ticdc_delta.codec.model import DecodeContext, RowChange
+from ticdc_delta.errors import ClaimCheckError, ClaimCheckUnavailableError, HandleKeyOnlyError
+
+from . import cases
+
+CTX = DecodeContext("tidb-cdc", 1, 500)
+BASE = {"open-protocol": {"max-batch-size": "4"}, "canal-json": {"enable-tidb-extension": "true"}}
+
+
+def _plain(protocol: str) -> list:
+    opts = BASE[protocol]
+    dec = decoder_for(protocol, opts)
+    return [e for m in encoder_for(protocol, opts).encode(cases.ALL_EVENTS) for e in dec.decode(m.key, m.value, CTX)]
+
+
+def _claim_check_options(protocol: str, root: str, **extra: str) -> dict[str, str]:
+    return {**BASE[protocol], "large-message-handle-option": "claim-check", "max-message-bytes": "600",
+            "claim-check-storage-uri": root, **extra}
+
+
+@pytest.mark.parametrize("protocol", sorted(BASE))
+@pytest.mark.parametrize("compression", ["none", "lz4", "snappy"])
+@pytest.mark.parametrize("scheme", ["file://", ""])
+def test_claim_check_round_trip(protocol: str, compression: str, scheme: str, tmp_path: Path) -> None:
+    opts = _claim_check_options(protocol, scheme + str(tmp_path), **{"large-message-handle-compression": compression})
+    messages = encoder_for(protocol, opts).encode(cases.ALL_EVENTS)
+    stored = sorted(p.name for p in tmp_path.iterdir())
+    assert stored and all(name.startswith("test-all_types-") and name.endswith(".json") for name in stored)
+    decoder = pickle.loads(pickle.dumps(decoder_for(protocol, opts)))  # as an executor gets it
+    got = [e for m in messages for e in decoder.decode(m.key, m.value, CTX)]
+    assert got == _plain(protocol)
+    assert all(e.source == CTX for e in got)  # the events keep the reference message's coordinates
+
+
+def test_canal_json_raw_value(tmp_path: Path) -> None:
+    opts = _claim_check_options("canal-json", str(tmp_path), **{"claim-check-raw-value": "true"})
+    messages = encoder_for("canal-json", opts).encode(cases.ALL_EVENTS)
+    (one, *_) = sorted(tmp_path.iterdir())
+    assert orjson.loads(one.read_bytes())["isDdl"] is False  # the raw Canal-JSON value itself
+    got = [e for m in messages for e in decoder_for("canal-json", opts).decode(m.key, m.value, CTX)]
+    assert got == _plain("canal-json")
+
+
+def test_stored_object_is_ticdcs_claim_check_message() -> None:
+    """json.Marshal(ClaimCheckMessage{Key, Value}): []byte as base64, a nil key as null."""
+    assert orjson.loads(pack_claim_check_message(b"\x00\x01", b"v")) == {"key": "AAE=", "value": "dg=="}
+    assert orjson.loads(pack_claim_check_message(None, b"v"))["key"] is None
+
+
+@pytest.mark.parametrize("protocol", sorted(BASE))
+def test_reference_without_storage_option_is_refused(protocol: str, tmp_path: Path) -> None:
+    messages = encoder_for(protocol, _claim_check_options(protocol, str(tmp_path))).encode(cases.ROW_EVENTS[:1])
+    with pytest.raises(ClaimCheckError, match=r"tidb-cdc\[1\]@500: .*claim-check-storage-uri"):
+        decoder_for(protocol, BASE[protocol]).decode(messages[0].key, messages[0].value, CTX)
+
+
+@pytest.mark.parametrize("protocol", sorted(BASE))
+def test_missing_object_is_a_claim_check_error(protocol: str, tmp_path: Path) -> None:
+    opts = _claim_check_options(protocol, str(tmp_path))
+    messages = encoder_for(protocol, opts).encode(cases.ROW_EVENTS[:1])
+    for p in tmp_path.iterdir():
+        p.unlink()
+    with pytest.raises(ClaimCheckError, match=r"tidb-cdc\[1\]@500: .*claim-check object 'test-all_types-.*is not in"):
+        decoder_for(protocol, opts).decode(messages[0].key, messages[0].value, CTX)
+
+
+def test_location_outside_the_storage_is_never_read(tmp_path: Path) -> None:
+    """Only the location's file name is looked up, in the configured storage (as TiCDC's consumer does)."""
+    root = tmp_path / "cc"
+    root.mkdir()
+    opts = _claim_check_options("canal-json", str(root))
+    (message,) = encoder_for("canal-json", opts).encode(cases.ROW_EVENTS[:1])
+    (stored,) = root.iterdir()
+    (tmp_path / "outside.json").write_bytes(stored.read_bytes())
+    stored.unlink()
+    forged = orjson.dumps({"_tidb": {"claimCheckLocation": "../outside.json"}})
+    with pytest.raises(ClaimCheckError, match="'outside.json'.* is not in"):
+        decoder_for("canal-json", opts).decode(None, forged, CTX)
+    for location in ("", "..", "dir/"):
+        with pytest.raises(ClaimCheckError, match="names no file"):
+            decoder_for("canal-json", opts).decode(None, orjson.dumps({"_tidb": {"claimCheckLocation": location}}), CTX)
+
+
+def test_object_of_another_row_is_refused(tmp_path: Path) -> None:
+    opts = _claim_check_options("open-protocol", str(tmp_path))
+    first, second = (encoder_for("open-protocol", opts).encode([e])[0] for e in cases.ROW_EVENTS[:2])
+    a, b = sorted(tmp_path.iterdir(), key=lambda p: p.stat().st_mtime_ns)
+    a.write_bytes(b.read_bytes())
+    with pytest.raises(ClaimCheckError, match="holds a row of .* not the referenced row 0"):
+        decoder_for("open-protocol", opts).decode(first.key, first.value, CTX)
+
+
+def test_corrupt_object_is_a_claim_check_error(tmp_path: Path) -> None:
+    opts = _claim_check_options("open-protocol", str(tmp_path))
+    (message,) = encoder_for("open-protocol", opts).encode(cases.ROW_EVENTS[:1])
+    (stored,) = tmp_path.iterdir()
+    for content in (b"not json", b'{"key": 1, "value": "x"}', b'{"key": null, "value": "!!"}',
+                    orjson.dumps({"key": base64.b64encode(b"\x00" * 8).decode(), "value": ""})):
+        stored.write_bytes(content)
+        with pytest.raises(ClaimCheckError, match=r"tidb-cdc\[1\]@500: .*claim-check object"):
+            decoder_for("open-protocol", opts).decode(message.key, message.value, CTX)
+
+
+def test_unreachable_storage_is_transient_after_bounded_retries(tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"")
+    pauses: list[float] = []
+    storage = ClaimCheckStorage(str(tmp_path / "file"), attempts=3, backoff=0.5, sleep=pauses.append)
+    with pytest.raises(ClaimCheckUnavailableError, match="failed 3 times reading 'x.json'"):
+        storage.read("s3://elsewhere/x.json", "open-protocol")  # a file where a directory should be
+    assert pauses == [0.5, 1.0]
+    assert ClaimCheckUnavailableError.retryable
+
+
+@pytest.mark.parametrize("protocol", sorted(BASE))
+def test_handle_key_only_rows_are_never_decoded(protocol: str) -> None:
+    opts = {**BASE[protocol], "large-message-handle-option": "handle-key-only", "max-message-bytes": "600"}
+    messages = encoder_for(protocol, opts).encode(cases.ALL_EVENTS)
+    decoder = decoder_for(protocol, opts)
+    refused = 0
+    for m in messages:
+        try:
+            events = decoder.decode(m.key, m.value, CTX)
+        except HandleKeyOnlyError as exc:
+            assert "large-message-handle-option=handle-key-only" in str(exc) and exc.offset == 500
+            refused += 1
+            continue
+        for e in events:  # what decodes is complete: the small events, and key-only deletes
+            if isinstance(e, RowChange) and e.op != "delete":
+                assert e in _plain(protocol)
+    assert refused >= 1

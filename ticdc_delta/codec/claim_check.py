@@ -1,0 +1,233 @@
+"""TiCDC's ``large-message-handle-option=claim-check``: rows too large for Kafka live in external storage.
+
+What TiCDC does (tiflow ``pkg/sink/codec/open``, ``canal``, ``common.ClaimCheckMessage``):
+
+- The Kafka message carries only a reference: Open Protocol's event key has ``"ccl": "<location>"``
+  (the value holds the handle-key columns); Canal-JSON's value is ``{"_tidb": {"claimCheckLocation":
+  "<location>"}}`` (newer releases also keep the key columns beside it).
+- The object is stored under the changefeed's ``claim-check-storage-uri`` with the location's file name
+  (``{schema}-{table}-{commitTs}-{uuid}.json``); the consumer reads ``path.Base(location)`` from *its*
+  configured storage, never the location itself (which may name a host the consumer cannot reach).
+- The object is the JSON ``{"key": base64, "value": base64}`` of the whole Kafka message that was too large
+  (Go marshals ``[]byte`` as base64; Canal-JSON's key is ``null``), its value compressed as every other
+  value is (``large-message-handle-compression``). With Canal-JSON's ``claim-check-raw-value=true`` the
+  object is the raw (compressed) value itself.
+
+:class:`ClaimCheckStorage` reads objects through ``pyarrow.fs`` (the filesystem layer of the Arrow stack the
+job already uses: local paths, ``file://``, ``s3://`` — credentials from the usual AWS environment
+variables, an S3-compatible endpoint with ``?endpoint_override=host:port&scheme=http`` —, ``gs://``,
+``hdfs://``), with bounded retries. A missing object is a :class:`~ticdc_delta.errors.ClaimCheckError`
+(decode error: the message goes to the dead-letter table); storage that stays unreachable after the
+retries is a :class:`~ticdc_delta.errors.ClaimCheckUnavailableError` (transient: the batch is retried).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import posixpath
+import time
+from typing import Any, Callable, Mapping
+
+import orjson
+
+from ..errors import ClaimCheckError, ClaimCheckUnavailableError, preview
+
+__all__ = [
+    "STORAGE_OPTION",
+    "RAW_VALUE_OPTION",
+    "ClaimCheckStorage",
+    "LargeMessagePolicy",
+    "large_message_policy",
+    "claim_check_file_name",
+    "pack_claim_check_message",
+    "unpack_claim_check_message",
+]
+
+STORAGE_OPTION = "claim-check-storage-uri"
+RAW_VALUE_OPTION = "claim-check-raw-value"
+HANDLE_OPTION = "large-message-handle-option"
+MAX_MESSAGE_BYTES_OPTION = "max-message-bytes"
+HANDLE_MODES = ("none", "handle-key-only", "claim-check")
+DEFAULT_MAX_MESSAGE_BYTES = 10 * 1024 * 1024  # TiCDC's max-message-bytes default
+
+ATTEMPTS = 4
+"""Reads of one object before a storage failure counts as unavailable (missing objects are not retried)."""
+BACKOFF_SECONDS = 0.2
+"""First pause between attempts; doubled after each."""
+
+
+def claim_check_file_name(location: str, protocol: str) -> str:
+    """The object name a claim-check ``location`` refers to: its last path component (TiCDC reads
+    ``filepath.Split(location)``'s file part from the consumer's own storage).
+
+    Raises:
+        ClaimCheckError: no usable file name (empty, ``.``, ``..``).
+    """
+    if type(location) is not str:
+        raise ClaimCheckError(protocol, f"claim-check location must be a string, got {preview(location)}")
+    name = posixpath.basename(location.replace("\\", "/"))
+    if name in ("", ".", ".."):
+        raise ClaimCheckError(protocol, f"claim-check location {preview(location)} names no file")
+    return name
+
+
+def pack_claim_check_message(key: bytes | None, value: bytes) -> bytes:
+    """The object TiCDC stores for a message (``json.Marshal(ClaimCheckMessage{Key, Value})``)."""
+    return orjson.dumps({
+        "key": None if key is None else base64.b64encode(key).decode("ascii"),
+        "value": base64.b64encode(value).decode("ascii"),
+    })
+
+
+def unpack_claim_check_message(data: bytes, protocol: str, name: str) -> tuple[bytes | None, bytes]:
+    """``(key, value)`` of a stored claim-check object.
+
+    Raises:
+        ClaimCheckError: not the JSON of a ClaimCheckMessage.
+    """
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ClaimCheckError(protocol, f"claim-check object {name!r} is not JSON: {exc}") from None
+    if type(obj) is not dict or type(obj.get("value")) is not str:
+        raise ClaimCheckError(protocol, f'claim-check object {name!r} must be {{"key": ..., "value": base64}}')
+    key = obj.get("key")
+    if key is not None and type(key) is not str:
+        raise ClaimCheckError(protocol, f'claim-check object {name!r}: "key" must be base64 or null')
+    try:
+        return (None if key is None else base64.b64decode(key, validate=True)), base64.b64decode(
+            obj["value"], validate=True)
+    except (binascii.Error, ValueError):
+        raise ClaimCheckError(protocol, f"claim-check object {name!r}: key or value is not base64") from None
+
+
+class ClaimCheckStorage:
+    """Reads claim-check objects from ``uri`` (a directory: local path, ``file://``, ``s3://``...).
+
+    Picklable (Spark ships decoders to executors); the filesystem is opened lazily on first use.
+
+    Raises:
+        ValueError: ``uri`` is empty.
+    """
+
+    def __init__(self, uri: str, *, attempts: int = ATTEMPTS, backoff: float = BACKOFF_SECONDS,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if not isinstance(uri, str) or not uri.strip():
+            raise ValueError(f"option {STORAGE_OPTION} must be a storage URI, got {uri!r}")
+        self.uri = uri.strip()
+        self.attempts = max(1, int(attempts))
+        self.backoff = float(backoff)
+        self._sleep = sleep
+        self._fs: Any = None
+        self._root = ""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"uri": self.uri, "attempts": self.attempts, "backoff": self.backoff}
+
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
+        self.__init__(state["uri"], attempts=state["attempts"], backoff=state["backoff"])  # type: ignore[misc]
+
+    def _filesystem(self) -> tuple[Any, str]:
+        if self._fs is None:
+            from pyarrow import fs as pafs
+
+            uri = self.uri
+            if "://" not in uri:
+                fs, root = pafs.LocalFileSystem(), uri
+            else:
+                fs, root = pafs.FileSystem.from_uri(uri)
+            self._fs, self._root = fs, root.rstrip("/")
+        return self._fs, self._root
+
+    def write(self, name: str, data: bytes) -> str:
+        """Store ``data`` as object ``name`` (what TiCDC's claim-check writer does); returns its location."""
+        fs, root = self._filesystem()
+        if root:
+            fs.create_dir(root, recursive=True)
+        with fs.open_output_stream(f"{root}/{name}" if root else name) as stream:
+            stream.write(data)
+        return f"{self.uri.rstrip('/')}/{name}"
+
+    def read(self, location: str, protocol: str) -> bytes:
+        """The bytes of the object a claim-check ``location`` names.
+
+        Raises:
+            ClaimCheckError: the object does not exist (or the location names no file).
+            ClaimCheckUnavailableError: the storage failed on every one of the bounded attempts.
+        """
+        name = claim_check_file_name(location, protocol)
+        delay = self.backoff
+        last: Exception | None = None
+        for attempt in range(self.attempts):
+            try:
+                fs, root = self._filesystem()
+                with fs.open_input_stream(f"{root}/{name}" if root else name) as stream:
+                    return bytes(stream.read())
+            except FileNotFoundError:
+                raise ClaimCheckError(
+                    protocol, f"claim-check object {name!r} (location {preview(location)}) is not in {self.uri}"
+                ) from None
+            except (OSError, ValueError) as exc:  # pyarrow raises OSError for network and permission errors
+                if _is_not_found(exc):
+                    raise ClaimCheckError(
+                        protocol, f"claim-check object {name!r} (location {preview(location)}) is not in {self.uri}"
+                    ) from None
+                last = exc
+                self._fs = None  # reopen: a broken connection pool must not stick
+                if attempt + 1 < self.attempts:
+                    self._sleep(delay)
+                    delay *= 2
+        raise ClaimCheckUnavailableError(
+            f"{protocol}: claim-check storage {self.uri} failed {self.attempts} times reading {name!r}: "
+            f"{preview(str(last))}"
+        )
+
+
+def _is_not_found(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return "not found" in text or "no such file" in text or "does not exist" in text or "nosuchkey" in text
+
+
+class LargeMessagePolicy:
+    """What an encoder does with a row message above ``max-message-bytes`` (the simulator's TiCDC):
+    ``none`` (send it anyway), ``handle-key-only`` (send only the handle key, flagged) or ``claim-check``
+    (store it in ``claim-check-storage-uri``, send a reference)."""
+
+    def __init__(self, mode: str, max_bytes: int, storage: ClaimCheckStorage | None, raw_value: bool) -> None:
+        self.mode = mode
+        self.max_bytes = max_bytes
+        self.storage = storage
+        self.raw_value = raw_value
+
+    def too_large(self, size: int) -> bool:
+        return self.mode != "none" and size > self.max_bytes
+
+    def store(self, schema: str, table: str, commit_ts: int | None, data: bytes) -> str:
+        """Store a too-large message's object under TiCDC's file name pattern; returns the location."""
+        assert self.storage is not None
+        digest = hashlib.sha256(data).hexdigest()[:16]  # TiCDC uses a UUID; a digest keeps runs reproducible
+        return self.storage.write(f"{schema}-{table}-{commit_ts}-{digest}.json", data)
+
+
+def large_message_policy(options: Mapping[str, str]) -> LargeMessagePolicy:
+    """The :class:`LargeMessagePolicy` of sink-uri ``options``.
+
+    Raises:
+        ValueError: an unknown mode, a bad ``max-message-bytes``, or claim-check without a storage URI.
+    """
+    mode = str(options.get(HANDLE_OPTION, "none") or "none").strip().lower()
+    if mode not in HANDLE_MODES:
+        raise ValueError(f"option {HANDLE_OPTION} must be one of {', '.join(HANDLE_MODES)}, got {mode!r}")
+    try:
+        max_bytes = int(options.get(MAX_MESSAGE_BYTES_OPTION, DEFAULT_MAX_MESSAGE_BYTES))
+    except ValueError:
+        raise ValueError(f"option {MAX_MESSAGE_BYTES_OPTION} must be an integer") from None
+    if max_bytes < 1:
+        raise ValueError(f"option {MAX_MESSAGE_BYTES_OPTION} must be positive")
+    uri = options.get(STORAGE_OPTION)
+    if mode == "claim-check" and not uri:
+        raise ValueError(f"{HANDLE_OPTION}=claim-check needs {STORAGE_OPTION}")
+    raw = str(options.get(RAW_VALUE_OPTION, "false")).strip().lower() in ("true", "1", "yes", "on")
+    return LargeMessagePolicy(mode, max_bytes, ClaimCheckStorage(uri) if mode == "claim-check" and uri else None, raw)
