@@ -366,3 +366,40 @@ def test_canal_json_column_name_with_nul_decodes_and_is_refused() -> None:
     assert sc.rows([record_from_event(ev, "cdc", 0, 5, 0)]) == []
     [r] = sc.rejections
     assert (r.offset, r.column) == (5, "n\x00x") and "NUL" in r.error
+
+
+def test_value_the_existing_delta_column_cannot_take_is_refused_and_the_rest_merges(tmp_path) -> None:
+    """A table keeps its BIGINT column when MODIFY COLUMN ... DOUBLE was ignored (int64 -> double is not a
+    widening the applier makes): a fractional value would fail the MERGE's cast on every re-run."""
+    from ticdc_delta.core.batch_planner import RowsStep
+    from ticdc_delta.core.merge import collapse
+    from ticdc_delta.delta.applier import DeltaApplier
+    from ticdc_delta.delta.sink import DeltaRsSink, TableIdent
+
+    sink = DeltaRsSink(str(tmp_path))
+    applier = DeltaApplier(sink, "cf")
+    applier.apply([RowsStep(collapse([change(0, ("a", int(T.INT), N, 1))], KeyResolver()))], 0)
+
+    def delta_type(schema: str, table: str, column: str):
+        found = sink.table_schema(TableIdent(schema, table))
+        return None if found is None else {f.name: f.type for f in found}.get(column)
+
+    text = [change(1, ("a", int(T.DOUBLE), N, 123.0), id_=2), change(2, ("a", int(T.DOUBLE), N, 1.5), id_=3)]
+    with pytest.raises(SinkError, match="does not fit"):  # what the screen prevents
+        DeltaApplier(sink, "cf").apply([RowsStep(collapse(text, KeyResolver()))], 1)
+    sc = ValueScreen(TableCatalog(), delta_type=delta_type)
+    kept = sc.rows(text)
+    assert [r.offset for r in kept] == [1]
+    [r] = sc.rejections
+    assert (r.offset, r.column, r.value) == (2, "a", 1.5) and "int64 column" in r.error
+    DeltaApplier(sink, "cf").apply([RowsStep(collapse(kept, KeyResolver()))], 2)
+    from deltalake import DeltaTable
+
+    rows = {x["id"]: x["a"] for x in DeltaTable(sink.table_path("s", "t")).to_pyarrow_table().to_pylist()}
+    assert rows == {1: 1, 2: 123}
+
+
+def test_a_column_the_applier_widens_is_not_checked_against_the_old_type() -> None:
+    sc = ValueScreen(TableCatalog(), delta_type=lambda s, t, c: pa.int64())
+    rec = change(0, ("a", int(T.VARCHAR), N, "abc"))  # int64 -> string: the applier rewrites the column
+    assert sc.rows([rec]) == [rec]

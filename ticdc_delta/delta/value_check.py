@@ -39,7 +39,7 @@ from ..codec.model import TypeCode
 from ..core.records import ChangeRecord, DDLRecord
 from ..errors import SinkError, preview
 from .applier import TableCatalog
-from .arrow_types import arrow_type_for, converter_for
+from .arrow_types import arrow_type_for, converter_for, widens
 
 __all__ = ["Rejection", "ValueScreen", "column_name_problem", "describe_rejections", "value_bytes"]
 
@@ -110,6 +110,15 @@ def describe_rejections(rejections: Sequence[Rejection], limit: int = 5) -> str:
     return "; ".join(lines)
 
 
+def _plain(t: pa.DataType) -> pa.DataType:
+    """Delta reads strings and bytes back as large / view types; they hold the same values."""
+    if t in (pa.large_string(), pa.string_view()):
+        return pa.string()
+    if t in (pa.large_binary(), pa.binary_view()):
+        return pa.binary()
+    return t
+
+
 def _fold(name: str) -> str:
     from ..locations import fold_name
 
@@ -150,6 +159,12 @@ class ValueScreen:
         case_sensitive: the job's ``case_sensitive``; names in DDL text are folded as the replay folds them.
         table_problem: optional ``(schema, table) -> reason or None``: refuse every change of a table
             for that reason (e.g. a name no location can hold).
+        delta_type: optional ``(schema, table, column) -> Arrow type or None``, the type of the column in
+            the existing Delta table. A value whose Delta type differs from the table's, and that the
+            MERGE cannot cast to it (the table kept its type because a DDL was ignored: INT column,
+            text value ``"abc"``), is refused too. Give it only for a batch without DDL (records nor
+            held), so that a re-run after a crash, which may see tables a DDL of the batch changed,
+            still decides the same.
 
     After planning, :attr:`rejections` holds what was dropped, in apply order.
     """
@@ -162,6 +177,7 @@ class ValueScreen:
         ddl_policy: Callable[[str], str] | None = None,
         case_sensitive: bool = False,
         table_problem: Callable[[str, str], str | None] | None = None,
+        delta_type: Callable[[str, str, str], pa.DataType | None] | None = None,
     ) -> None:
         if not isinstance(catalog, TableCatalog):
             raise TypeError(f"catalog must be a TableCatalog, got {type(catalog).__name__}")
@@ -169,6 +185,7 @@ class ValueScreen:
         self._params = self._catalog.params
         self._tz = source_timezone
         self._policy = ddl_policy
+        self._delta_type = delta_type
         self._case_sensitive = case_sensitive
         self._table_problem = table_problem
         self._changed_schemas: set[str] = set()
@@ -270,14 +287,32 @@ class ValueScreen:
                 raise SinkError(error)
 
             return refuse
-        if type_code != _DECIMAL or pa.types.is_decimal(arrow_type_for(type_code, int(flags), params)):
-            return convert  # a Delta decimal's converter refuses what is not a number itself
+        target = arrow_type_for(type_code, int(flags), params)
+        if type_code == _DECIMAL and not pa.types.is_decimal(target):
+            text_decimal = convert
 
-        def decimal(value: Any) -> None:
-            _decimal_number(value)
-            convert(value)
+            def convert(value: Any) -> Any:
+                _decimal_number(value)
+                return text_decimal(value)
 
-        return decimal
+        existing = self._delta_type(schema, table, name) if self._delta_type is not None else None
+        if existing is None or _plain(existing) == target or widens(_plain(existing), target):
+            return convert  # the MERGE writes it as it is, or widens the table first
+        into = existing
+
+        def fits(value: Any) -> None:
+            converted = convert(value)
+            if converted is None:
+                return
+            try:
+                pa.array([converted], type=target).cast(into)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OverflowError, ValueError):
+                raise SinkError(
+                    f"cannot write {preview(value)} into the Delta table's {into} column (the table kept that "
+                    f"type: a type-changing DDL was ignored or never seen)"
+                ) from None
+
+        return fits
 
     @staticmethod
     def _reject(rec: ChangeRecord, column: str | None, value: Any, error: str) -> Rejection:

@@ -30,6 +30,7 @@ from ..config import JobConfig
 from ..core.batch_planner import OFFSET_ORDER, WATERMARK, ConsumerState, ResolvedMark, plan_batch
 from ..core.merge import KeyResolver, MissingKeyError
 from ..core.ts_guard import TsGuard, tso_physical_ms
+from ..core.snapshot_seam import seam_from_state
 from ..core.records import ChangeRecord, dump_record, load_record
 from ..codec.json_output import value_to_json
 from ..delta.value_check import Rejection, ValueScreen, describe_rejections, value_bytes
@@ -38,7 +39,8 @@ from ..delta.sink import DeltaRsSink, TableIdent, batch_txn
 from ..delta.state_store import RESET_BATCH_ID, PipelineState, StateStore
 from ..locations import child_location
 from ..errors import (
-    BrokerUnavailableError, DecodeError, ImplausibleTimestampError, TerminalError, UnwritableValueError,
+    BrokerUnavailableError, ConfigError, DecodeError, ImplausibleTimestampError, TerminalError, TicdcDeltaError,
+    UnwritableValueError,
 )
 from .checkpoint import SparkCheckpoint, check_state_belongs
 from .decode import DECODED_SCHEMA, DecoderSpec, make_decode_fn
@@ -146,6 +148,11 @@ class BatchHandler:
         self.error: BaseException | None = None
         self.batches = 0
         self._warned_clock = False
+        self._engine: Any = None
+        if cfg.sink.engine == "spark":
+            from .engine import SparkEngine
+
+            self._engine = SparkEngine(self)
 
     def _configured_key(self, schema: str, table: str) -> list[str] | None:
         """The ``tables[].key`` override of a table (exact or wildcard entry), the one place it is read."""
@@ -276,6 +283,19 @@ class BatchHandler:
             log.info("batch %d was already committed (state at batch %d): skipping", batch_id, self._loaded_batch)
             return
         guard = self._ts_guard(checkpoint, batch_id)
+        # a half-done snapshot load stops the job before anything is read (core/snapshot_seam)
+        seam = seam_from_state(self._meta.get("snapshots"))
+        if seam and self._engine is not None:
+            raise ConfigError("the job state records table snapshots (the `snapshot` command), and sink.engine: "
+                              "spark does not drop the changes they hold yet: run with the delta-rs engine")
+        if self._engine is not None:  # sink.engine: spark (ticdc_delta/spark/engine.py)
+            self._engine.run(batch_df, batch_id, guard=guard, query_id=query_id, started=started)
+            return
+        if self._meta.get("staging_batch") is not None:
+            raise ConfigError(
+                f"the state under {self.cfg.checkpoint} holds rows in the spark engine's staging table "
+                f"(batch {self._meta['staging_batch']}): run with sink.engine: spark until none are held"
+            )
         spec = self._decoder_spec()
         decoded: pa.Table = batch_df.mapInArrow(make_decode_fn(spec), DECODED_SCHEMA).toArrow()
         timings = {"read_decode": time.monotonic() - started}
@@ -315,12 +335,15 @@ class BatchHandler:
         timings["unpack"] = t_plan - started - timings["read_decode"]
         # values no Delta column can hold: refused per change, in apply order, with the DDL of the batch
         replay_policy = getattr(self._ddl_handler, "policy", None) if self._ddl_handler else (lambda cls: "ignore")
+        has_ddl = any(r.kind == "ddl" for r in records) or any(r.kind == "ddl" for r in state.held)
         screen = ValueScreen(self._catalog, self.cfg.sink.source_timezone, ddl_policy=replay_policy,
-                             case_sensitive=self.cfg.case_sensitive)
+                             case_sensitive=self.cfg.case_sensitive,
+                             delta_type=None if has_ddl else self._delta_column_types())
         try:
             plan = plan_batch(
                 state, records, resolved, mode=self.mode, keys=KeyResolver(lookup=self._configured_key),
                 partitions=partitions, guard=guard, case_sensitive=self.cfg.case_sensitive, screen=screen,
+                seam=seam,
             )
         except MissingKeyError as exc:
             raise TerminalError(f"batch {batch_id}: {exc}") from exc
@@ -362,7 +385,8 @@ class BatchHandler:
         for key, n in (("replays_dropped", plan.replays_dropped),
                        ("dead_letters", len(errors) + len(screen.rejections)),
                        ("dead_letter_values", len(screen.rejections)),
-                       ("rows_applied", sum(result.rows.values())), ("implausible_ts", len(plan.rejected))):
+                       ("rows_applied", sum(result.rows.values())), ("implausible_ts", len(plan.rejected)),
+                       ("snapshot_dropped", plan.snapshot_dropped)):
             totals[key] = totals.get(key, 0) + n
         meta["totals"] = totals
         meta["topic_watermarks"] = {t: w for t, w in plan.topic_watermarks.items()}
@@ -461,6 +485,22 @@ class BatchHandler:
         log.warning("batch %d: %d message(s) with an implausible ts sent to %s; first at %s: %s",
                     batch_id, len(coords), self.cfg.dead_letter_path, where, first.reason)
 
+    def _delta_column_types(self) -> Callable[[str, str, str], pa.DataType | None]:
+        """``(schema, table, column) -> type`` of the existing Delta tables, each table read once."""
+        tables: dict[tuple[str, str], dict[str, pa.DataType] | None] = {}
+
+        def column_type(schema: str, table: str, column: str) -> pa.DataType | None:
+            if (schema, table) not in tables:
+                try:
+                    found = self.sink.table_schema(TableIdent(schema, table))
+                except TicdcDeltaError:  # no location for the name, unreadable: the apply will say so
+                    found = None
+                tables[(schema, table)] = None if found is None else {f.name.lower(): f.type for f in found}
+            cols = tables[(schema, table)]
+            return None if cols is None else cols.get(column.lower())
+
+        return column_type
+
     def _dead_letter_rejections(self, rejections: list[Rejection], batch_id: int) -> None:
         """Refused changes (:class:`~ticdc_delta.delta.value_check.Rejection`) to the dead-letter table in
         one append with this batch's transaction, or, under ``dead_letter.fail_on_error``, a terminal error
@@ -501,6 +541,7 @@ class BatchHandler:
             "dead_letters": dead,
             "dead_letter_values": values,
             "implausible_ts": len(plan.rejected),
+            "snapshot_dropped": getattr(plan, "snapshot_dropped", 0),
             "watermark": low,
             "watermark_lag_s": lag,
             "seconds": round(seconds, 3),
