@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import pyarrow as pa
 
-from ..codec.model import TypeCode
+from ..codec.model import ColumnFlag, TypeCode
 from ..core.records import ChangeRecord, DDLRecord
 from ..errors import SinkError, preview
 from .applier import TableCatalog
@@ -44,6 +44,8 @@ from .arrow_types import arrow_type_for, converter_for, widens
 __all__ = ["Rejection", "ValueScreen", "column_name_problem", "describe_rejections", "value_bytes"]
 
 _DECIMAL = int(TypeCode.DECIMAL)
+_UNSIGNED = int(ColumnFlag.UNSIGNED)
+_INT_BITS = {int(TypeCode.TINYINT): 8, int(TypeCode.SMALLINT): 16, int(TypeCode.MEDIUMINT): 24, int(TypeCode.INT): 32}
 _LABELS = frozenset({int(TypeCode.ENUM), int(TypeCode.SET)})
 
 
@@ -288,6 +290,19 @@ class ValueScreen:
 
             return refuse
         target = arrow_type_for(type_code, int(flags), params)
+        bits = _INT_BITS.get(type_code)
+        if bits is not None:
+            # Delta stores every integer as a long; a value beyond the MySQL column's own range is corrupt
+            lo, hi = (0, (1 << bits) - 1) if int(flags) & _UNSIGNED else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+            what = f"{'unsigned ' if lo == 0 else ''}{TypeCode(type_code).name} ({lo}..{hi})"
+            to_long = convert
+
+            def convert(value: Any) -> Any:
+                v = to_long(value)
+                if v is not None and not lo <= v <= hi:
+                    raise SinkError(f"cannot write {preview(value)} as a {what}")
+                return v
+
         if type_code == _DECIMAL and not pa.types.is_decimal(target):
             text_decimal = convert
 
