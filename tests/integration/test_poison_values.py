@@ -46,7 +46,7 @@ MESSAGES = [
     _row("t", "INSERT", {"id": "1", "d": "2024-01-01", "n": "a"}),                       # 0
     _row("t", "INSERT", {"id": "2", "d": "2024-13-45", "n": "b"}),                       # 1 bad DATE
     _row("t", "INSERT", {"id": "3", "d": "0000-00-00", "n": "c"}),                       # 2 zero date → null
-    _row("t", "INSERT", {"id": "4", "d": "2024-02-30", "n": "d"}),                       # 3 ALLOW_INVALID_DATES → null
+    _row("t", "INSERT", {"id": "4", "d": "2024-02-30", "n": "d"}),                       # 3 ALLOW_INVALID → null
     _row("t", "UPDATE", {"id": "1", "d": "2024-99-01", "n": "a2"},
          {"id": "1", "d": "2024-01-01", "n": "a"}),                                        # 4 bad: id 1 keeps offset 0
     _ddl("u", "CREATE TABLE `u` (`id` INT PRIMARY KEY, `amt` DECIMAL(5,2))"),            # 5

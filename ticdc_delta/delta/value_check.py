@@ -112,6 +112,50 @@ def describe_rejections(rejections: Sequence[Rejection], limit: int = 5) -> str:
     return "; ".join(lines)
 
 
+def _in_range(convert: Callable[[Any], Any], type_code: int, bits: int, unsigned: bool) -> Callable[[Any], Any]:
+    """``convert``, refusing integers beyond the MySQL column's range: Delta stores every integer as a
+    long, but a TINYINT holding 300 is corrupt input."""
+    lo, hi = (0, (1 << bits) - 1) if unsigned else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    what = f"{'unsigned ' if unsigned else ''}{TypeCode(type_code).name} ({lo}..{hi})"
+
+    def check(value: Any) -> Any:
+        v = convert(value)
+        if v is not None and not lo <= v <= hi:
+            raise SinkError(f"cannot write {preview(value)} as a {what}")
+        return v
+
+    return check
+
+
+def _as_decimal_text(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``convert`` of a DECIMAL stored as text, refusing text that is not a decimal number."""
+
+    def check(value: Any) -> Any:
+        _decimal_number(value)
+        return convert(value)
+
+    return check
+
+
+def _fits(convert: Callable[[Any], Any], target: pa.DataType, into: pa.DataType) -> Callable[[Any], Any]:
+    """``convert``, refusing values the MERGE could not cast from ``target`` to the table's ``into``."""
+
+    def check(value: Any) -> Any:
+        converted = convert(value)
+        if converted is None:
+            return None
+        try:
+            pa.array([converted], type=target).cast(into)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OverflowError, ValueError):
+            raise SinkError(
+                f"cannot write {preview(value)} into the Delta table's {into} column (the table kept that "
+                f"type: a type-changing DDL was ignored or never seen)"
+            ) from None
+        return converted
+
+    return check
+
+
 def _plain(t: pa.DataType) -> pa.DataType:
     """Delta reads strings and bytes back as large / view types; they hold the same values."""
     if t in (pa.large_string(), pa.string_view()):
@@ -163,8 +207,8 @@ class ValueScreen:
             for that reason (e.g. a name no location can hold).
         delta_type: optional ``(schema, table, column) -> Arrow type or None``, the type of the column in
             the existing Delta table. A value whose Delta type differs from the table's, and that the
-            MERGE cannot cast to it (the table kept its type because a DDL was ignored: INT column,
-            text value ``"abc"``), is refused too. Give it only for a batch without DDL (records nor
+            MERGE cannot cast to it (the table kept its type because a DDL was ignored: a BIGINT
+            column, a DOUBLE value ``1.5``), is refused too. Give it only for a batch without DDL (records nor
             held), so that a re-run after a crash, which may see tables a DDL of the batch changed,
             still decides the same.
 
@@ -271,7 +315,7 @@ class ValueScreen:
                     return self._reject(rec, name, value, str(exc))
         return None
 
-    def _check_for(self, schema: str, table: str, name: Any, type_code: int, flags: int) -> Any:
+    def _check_for(self, schema: str, table: str, name: Any, type_code: int, flags: int) -> Callable[[Any], Any] | str:
         """The check of one column's values (a function raising SinkError), or why the column itself
         cannot be written (a str). Cached per column until the next DDL."""
         problem = column_name_problem(name)
@@ -290,44 +334,16 @@ class ValueScreen:
 
             return refuse
         target = arrow_type_for(type_code, int(flags), params)
+        check: Callable[[Any], Any] = convert
         bits = _INT_BITS.get(type_code)
         if bits is not None:
-            # Delta stores every integer as a long; a value beyond the MySQL column's own range is corrupt
-            lo, hi = (0, (1 << bits) - 1) if int(flags) & _UNSIGNED else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
-            what = f"{'unsigned ' if lo == 0 else ''}{TypeCode(type_code).name} ({lo}..{hi})"
-            to_long = convert
-
-            def convert(value: Any) -> Any:
-                v = to_long(value)
-                if v is not None and not lo <= v <= hi:
-                    raise SinkError(f"cannot write {preview(value)} as a {what}")
-                return v
-
-        if type_code == _DECIMAL and not pa.types.is_decimal(target):
-            text_decimal = convert
-
-            def convert(value: Any) -> Any:
-                _decimal_number(value)
-                return text_decimal(value)
-
+            check = _in_range(convert, type_code, bits, bool(int(flags) & _UNSIGNED))
+        elif type_code == _DECIMAL and not pa.types.is_decimal(target):
+            check = _as_decimal_text(convert)
         existing = self._delta_type(schema, table, name) if self._delta_type is not None else None
         if existing is None or _plain(existing) == target or widens(_plain(existing), target):
-            return convert  # the MERGE writes it as it is, or widens the table first
-        into = existing
-
-        def fits(value: Any) -> None:
-            converted = convert(value)
-            if converted is None:
-                return
-            try:
-                pa.array([converted], type=target).cast(into)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OverflowError, ValueError):
-                raise SinkError(
-                    f"cannot write {preview(value)} into the Delta table's {into} column (the table kept that "
-                    f"type: a type-changing DDL was ignored or never seen)"
-                ) from None
-
-        return fits
+            return check  # the MERGE writes it as it is, or widens the table first
+        return _fits(check, target, existing)
 
     @staticmethod
     def _reject(rec: ChangeRecord, column: str | None, value: Any, error: str) -> Rejection:
