@@ -180,3 +180,43 @@ def test_reset_to_explicit_offsets_starts_there_in_a_new_epoch(
     state = StateStore(str(tmp_path / "ckpt" / "state"), "ck").load()
     assert state is not None and state.batch_id == 0 and state.meta["epoch"] == 1
     assert "reset" not in state.meta and "starting_offsets" not in state.meta
+
+
+def test_two_jobs_on_one_checkpoint_is_one_clear_terminal_error(
+    broker: Any, spark: Any, tmp_path: Path, unique_name: Any
+) -> None:
+    import threading
+
+    from ticdc_delta.cli import exit_code_for
+    from ticdc_delta.errors import ConcurrentJobError
+
+    topic = unique_name("two-jobs")
+    _, messages, cfg, _ = _setup(broker, topic, tmp_path, events=100)
+    broker.produce_many(topic, messages)
+    first_error: list[BaseException] = []
+
+    def continuous() -> None:
+        try:
+            run_job(cfg, once=False, spark=spark)
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            first_error.append(exc)
+
+    runner = threading.Thread(target=continuous, daemon=True)
+    runner.start()
+    name = "ticdc_delta_ck"
+    try:
+        import time
+
+        deadline = time.monotonic() + 120
+        while not any(q.name == name for q in spark.streams.active) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert any(q.name == name for q in spark.streams.active), first_error
+        with pytest.raises(ConcurrentJobError, match=f"another job of this changefeed is running on checkpoint {tmp_path / 'ckpt'}") as info:
+            run_job(cfg, once=True, spark=spark)
+        assert "\n" not in str(info.value) and exit_code_for(info.value) == 1
+    finally:
+        for q in spark.streams.active:
+            if q.name == name:
+                q.stop()
+        runner.join(60)
+    assert not first_error

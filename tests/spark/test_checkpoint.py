@@ -62,3 +62,31 @@ def test_reads_query_id_and_batch_timestamp_in_sparks_format(tmp_path: Path) -> 
     (spark_dir / "metadata").write_text("not json")
     with pytest.raises(CheckpointMismatchError, match="is not Spark's query metadata"):
         ckpt.query_id()
+
+
+@pytest.mark.parametrize(
+    "spark_says",
+    [
+        "[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log. Multiple streaming jobs detected for 3.\n"
+        "Please make sure only one streaming job runs on a specific checkpoint location at a time. SQLSTATE: 40000",
+        "java.util.ConcurrentModificationException: Multiple streaming queries are concurrently using "
+        "file:/ck/spark/offsets\n\tat org.apache.spark.sql.execution.streaming.HDFSMetadataLog.write(...)",
+        "[CONCURRENT_QUERY] Another instance of this query was just started by a concurrent session. SQLSTATE: 0A000",
+        "java.lang.IllegalStateException: Cannot start query with id 1 as another query with same id is already "
+        "active. Perhaps you are attempting to restart a query from checkpoint that is already active.",
+    ],
+)
+def test_sparks_concurrent_query_errors_become_one_terminal_line(spark_says: str) -> None:
+    from ticdc_delta.errors import ConcurrentJobError
+    from ticdc_delta.spark.checkpoint import concurrent_job_error
+
+    err = concurrent_job_error(RuntimeError(spark_says), "/ck/")
+    assert isinstance(err, ConcurrentJobError) and not err.retryable
+    assert str(err).startswith("another job of this changefeed is running on checkpoint /ck (Spark: ")
+    assert "\n" not in str(err) and spark_says.splitlines()[0][:40] in str(err)
+
+
+def test_other_errors_are_not_taken_for_a_concurrent_job() -> None:
+    from ticdc_delta.spark.checkpoint import concurrent_job_error
+
+    assert concurrent_job_error(RuntimeError("Connection refused"), "/ck") is None

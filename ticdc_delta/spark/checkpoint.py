@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from ..errors import CheckpointMismatchError
+from ..errors import CheckpointMismatchError, ConcurrentJobError
 
-__all__ = ["SparkCheckpoint", "check_state_belongs", "RECOVERY_HINT"]
+__all__ = ["SparkCheckpoint", "check_state_belongs", "concurrent_job_error", "RECOVERY_HINT"]
 
 log = logging.getLogger(__name__)
 
@@ -162,4 +163,29 @@ def check_state_belongs(
         f"{where} is at batch {state_batch_id}, but the {spark} is at batch {batch_id}: batches "
         f"{state_batch_id + 1}..{batch_id - 1} ran without this state (it was restored from an older copy). "
         f"{RECOVERY_HINT}"
+    )
+
+
+# What Spark says when two queries use one checkpoint: in one session at start (the query name, made from
+# the changefeed, or the query id is already active; Spark 4: CONCURRENT_QUERY), across processes when both
+# write the offset log
+# (CONCURRENT_STREAM_LOG_UPDATE, or HDFSMetadataLog's "Multiple streaming queries are concurrently using").
+_SPARK_CONCURRENT = re.compile(
+    r"\[?CONCURRENT_STREAM_LOG_UPDATE[^\n]*|\[?CONCURRENT_QUERY[^\n]*|Multiple streaming (?:jobs|queries)[^\n]*"
+    r"|[^\n]*another query with same id is already active[^\n]*"
+    r"|[^\n]*as a query with that name is already active[^\n]*"
+)
+
+
+def concurrent_job_error(exc: BaseException, checkpoint: str) -> ConcurrentJobError | None:
+    """The one-line terminal error for Spark's "two queries on one checkpoint" failures, else ``None``."""
+    found = _SPARK_CONCURRENT.search(str(exc))
+    if found is None:
+        return None
+    said = found.group(0).strip()
+    if len(said) > 300:
+        said = said[:300] + "…"
+    return ConcurrentJobError(
+        f"another job of this changefeed is running on checkpoint {checkpoint.rstrip('/')} (Spark: {said}). "
+        "One checkpoint, one job: stop the other one, then run this one again"
     )

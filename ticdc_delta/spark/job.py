@@ -63,6 +63,7 @@ def _unwrap(exc: BaseException, handler: BatchHandler) -> BaseException:
     """The typed error behind a Spark exception: the handler's own, else the source's or the JVM's
     (found in the text of the handler's error or of ``exc``), else ``exc`` itself."""
     from ..errors import TicdcDeltaError
+    from .checkpoint import concurrent_job_error
     from .kafka_source import unwrap_source_error
 
     if isinstance(handler.error, TicdcDeltaError):
@@ -70,7 +71,7 @@ def _unwrap(exc: BaseException, handler: BatchHandler) -> BaseException:
     for candidate in (handler.error, exc):
         if candidate is None:
             continue
-        typed = unwrap_source_error(candidate)
+        typed = unwrap_source_error(candidate) or concurrent_job_error(candidate, handler.cfg.checkpoint)
         if typed is not None:
             return typed
     return handler.error if handler.error is not None else exc
