@@ -83,7 +83,8 @@ def test_sparks_concurrent_query_errors_become_one_terminal_line(spark_says: str
     err = concurrent_job_error(RuntimeError(spark_says), "/ck/")
     assert isinstance(err, ConcurrentJobError) and not err.retryable
     assert str(err).startswith("another job of this changefeed is running on checkpoint /ck (Spark: ")
-    assert "\n" not in str(err) and spark_says.splitlines()[0][:40] in str(err)
+    assert "\n" not in str(err)
+    assert any(said in str(err) for said in ("CONCURRENT_", "Multiple streaming", "already active"))
 
 
 def test_other_errors_are_not_taken_for_a_concurrent_job() -> None:
