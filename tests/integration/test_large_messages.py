@@ -10,7 +10,8 @@ import pytest
 
 from ticdc_delta.config import config_from_mapping
 from ticdc_delta.simulator import simulate
-from ticdc_delta.simulator.output import KafkaSink
+from ticdc_delta.codec.model import DecodeContext
+from ticdc_delta.simulator.output import KafkaSink, MemorySink
 from ticdc_delta.spark.batch_handler import _ConfiguredSink
 from ticdc_delta.spark.job import run_job
 from ticdc_delta.verify import compare_with_oracle
@@ -78,3 +79,86 @@ def test_vector_columns_land_as_float_arrays(protocol: str, options: dict[str, s
     assert data.schema.field("emb").type == pa.list_(pa.float32())
     assert data.schema.field("any_dims").type == pa.list_(pa.float32())
     assert any(len(v) == 3 for v in data.column("emb").to_pylist() if v is not None)
+
+
+@pytest.mark.parametrize("protocol, options", [
+    ("open-protocol", {"max-batch-size": "4", "large-message-handle-compression": "snappy"}),
+    ("canal-json", {"enable-tidb-extension": "true", "large-message-handle-compression": "lz4"}),
+    ("canal-json", {"enable-tidb-extension": "true", "claim-check-raw-value": "true"}),
+])
+def test_claim_check_stream_lands_exactly(protocol: str, options: dict[str, str], broker: Any, spark: Any,
+                                          tmp_path: Path, unique_name: Any) -> None:
+    """Rows above max-message-bytes go to a local claim-check directory (the simulator plays TiCDC's
+    claim-check writer); the executors read them back in place of the key-only references."""
+    storage = tmp_path / "claim-check"
+    opts = {**options, "large-message-handle-option": "claim-check", "max-message-bytes": "700",
+            "claim-check-storage-uri": f"file://{storage}"}
+    cfg, oracle = _run(broker, spark, tmp_path, unique_name(f"cc-{protocol}"), protocol, opts)
+    assert len(list(storage.iterdir())) > 10  # many rows really went through the claim-check storage
+    _assert_matches(cfg, oracle)
+    assert not Path(cfg.dead_letter_path).exists()
+
+
+def test_claim_check_missing_object_is_a_dead_letter(broker: Any, spark: Any, tmp_path: Path,
+                                                     unique_name: Any) -> None:
+    from ticdc_delta.delta.sink import read_table
+
+    storage = tmp_path / "claim-check"
+    opts = {"enable-tidb-extension": "true", "large-message-handle-option": "claim-check",
+            "max-message-bytes": "700", "claim-check-storage-uri": str(storage)}
+    topic = unique_name("cc-missing")
+    simulate("canal-json", opts, seed=5, events=200, tables=2, partitions=2,
+             sink=KafkaSink(broker.bootstrap_servers, topic, 2), topic=topic)
+    victim = sorted(storage.iterdir())[0]
+    victim.unlink()
+    source = {"bootstrap_servers": broker.bootstrap_servers, "topic": topic, "protocol": "canal-json",
+              "options": opts}
+    cfg = config_from_mapping({"changefeed": "lm", "source": source, "sink": {"path": str(tmp_path / "lake")},
+                               "checkpoint": str(tmp_path / "ckpt")})
+    run_job(cfg, once=True, spark=spark)
+    dead = read_table(cfg.dead_letter_path).to_pylist()
+    assert len(dead) >= 1 and all(victim.name in row["error"] and "is not in" in row["error"] for row in dead)
+
+
+@pytest.mark.parametrize("protocol, options", [
+    ("open-protocol", {"max-batch-size": "4"}),
+    ("canal-json", {"enable-tidb-extension": "true"}),
+])
+def test_handle_key_only_is_never_applied(protocol: str, options: dict[str, str], broker: Any, spark: Any,
+                                          tmp_path: Path, unique_name: Any) -> None:
+    """Without the upstream TiDB, a handle-key-only row goes to the dead-letter table (never a row of key
+    columns and NULLs); under fail_on_error the job stops before committing anything, naming the option."""
+    from ticdc_delta.codec import decoder_for
+    from ticdc_delta.delta.sink import read_table
+    from ticdc_delta.errors import DecodeError, HandleKeyOnlyError
+
+    opts = {**options, "large-message-handle-option": "handle-key-only", "max-message-bytes": "700"}
+    topic = unique_name(f"hko-{protocol}")
+    result = simulate(protocol, opts, seed=5, events=300, tables=2, partitions=2,
+                      sink=KafkaSink(broker.bootstrap_servers, topic, 2), topic=topic)
+    # the same stream in memory: which messages hold a key-only INSERT/UPDATE (exactly those are refused)
+    memory = MemorySink()
+    simulate(protocol, opts, seed=5, events=300, tables=2, partitions=2, sink=memory, topic=topic)
+    decoder = decoder_for(protocol, opts)
+    refused = 0
+    for _, key, value in memory.messages:
+        try:
+            decoder.decode(key, value, DecodeContext())
+        except HandleKeyOnlyError:
+            refused += 1
+    assert refused > 0
+    source = {"bootstrap_servers": broker.bootstrap_servers, "topic": topic, "protocol": protocol, "options": opts}
+    strict = config_from_mapping({"changefeed": "lm", "source": source, "sink": {"path": str(tmp_path / "strict")},
+                                  "checkpoint": str(tmp_path / "strict-ckpt"), "dead_letter": {"fail_on_error": True}})
+    with pytest.raises(DecodeError, match="fail_on_error.*large-message-handle-option=handle-key-only.*claim-check"):
+        run_job(strict, once=True, spark=spark)
+    assert not Path(strict.dead_letter_path).exists()
+    assert not (tmp_path / "strict-ckpt" / "state").exists()
+
+    cfg = config_from_mapping({"changefeed": "lm", "source": source, "sink": {"path": str(tmp_path / "lake")},
+                               "checkpoint": str(tmp_path / "ckpt")})
+    run_job(cfg, once=True, spark=spark)
+    dead = read_table(cfg.dead_letter_path).to_pylist()
+    assert dead and all("large-message-handle-option=handle-key-only" in row["error"] for row in dead)
+    assert len(dead) == refused
+    assert result.oracle.counts["messages"] > len(dead)
