@@ -84,3 +84,32 @@ def test_the_ts_clock_is_the_batch_time_in_sparks_offset_log(spark: Any, tmp_pat
     assert {row["offset"] for row in dead if row["partition"] == 0}  # with their coordinates and bytes
     assert all(row["value"] for row in dead)
     assert handler.store.load().meta["checkpoint"] == {"query_id": "q-1"}  # type: ignore[union-attr]
+
+
+def _canal_insert(commit_ts: int, row_id: int, code: str) -> bytes:
+    return json.dumps({
+        "id": 0, "database": "test", "table": "orders", "pkNames": ["id"], "isDdl": False, "type": "INSERT",
+        "es": 1, "ts": 1, "sql": "", "sqlType": {"id": -5, "code": 12},
+        "mysqlType": {"id": "bigint", "code": "varchar"}, "data": [{"id": str(row_id), "code": code}],
+        "old": None, "_tidb": {"commitTs": commit_ts},
+    }).encode()
+
+
+def _canal_watermark(ts: int) -> bytes:
+    return json.dumps({"id": 0, "database": "", "table": "", "pkNames": None, "isDdl": False,
+                       "type": "TIDB_WATERMARK", "es": 1, "ts": 1, "sql": "", "sqlType": None, "mysqlType": None,
+                       "data": None, "old": None, "_tidb": {"watermarkTs": ts}}).encode()
+
+
+def test_a_key_override_on_a_wildcard_mapping_is_the_merge_key(spark: Any, tmp_path: Path) -> None:
+    """``tables: [{source: "test.*", key: [code]}]``: rows with different ids but one code are one row."""
+    cfg = config_from_mapping({
+        **json.loads(json.dumps(_cfg(tmp_path).model_dump(mode="json", exclude_none=True))),
+        "tables": [{"source": "test.*", "key": ["code"]}],
+    })
+    ts = TsoClock.START_MS << 18
+    rows = [("cdc", 0, 0, None, _canal_insert(ts + 1, 1, "A")), ("cdc", 0, 1, None, _canal_insert(ts + 2, 2, "A")),
+            ("cdc", 0, 2, None, _canal_watermark(ts + 3)), ("cdc", 1, 0, None, _canal_watermark(ts + 3))]
+    _handler(cfg)(spark.createDataFrame(rows, KAFKA_SCHEMA), 0)
+    table = read_table(cfg.table_path("test", "orders")).to_pylist()
+    assert [(r["id"], r["code"]) for r in table] == [(2, "A")]  # merged on code, not on the flagged id
