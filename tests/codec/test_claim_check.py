@@ -10,11 +10,12 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from ticdc_delta.codec import decoder_for, encoder_for
 from ticdc_delta.codec.claim_check import ClaimCheckStorage, pack_claim_check_message
 from ticdc_delta.codec.model import DecodeContext, RowChange
-from ticdc_delta.errors import ClaimCheckError, ClaimCheckUnavailableError, HandleKeyOnlyError
+from ticdc_delta.errors import ClaimCheckError, ClaimCheckUnavailableError, DecodeError, HandleKeyOnlyError
 
 from . import cases
 
@@ -143,3 +144,28 @@ def test_handle_key_only_rows_are_never_decoded(protocol: str) -> None:
             if isinstance(e, RowChange) and e.op != "delete":
                 assert e in _plain(protocol)
     assert refused >= 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), protocol=st.sampled_from(sorted(BASE)))
+def test_fuzz_claim_check_objects_give_only_decode_errors(data: st.DataObject, protocol: str) -> None:
+    """Whatever the storage holds (mutated, truncated, other JSON), a reference decodes to the row or to a
+    typed decode error carrying the message's coordinates."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        opts = _claim_check_options(protocol, tmp, **{"large-message-handle-compression": "lz4"})
+        (message, *_) = encoder_for(protocol, opts).encode(cases.ROW_EVENTS[:1])
+        (stored,) = Path(tmp).iterdir()
+        buf = bytearray(stored.read_bytes())
+        if data.draw(st.booleans()):
+            buf[data.draw(st.integers(0, len(buf) - 1))] = data.draw(st.integers(0, 255))
+        else:
+            buf = buf[: data.draw(st.integers(0, len(buf)))]
+        stored.write_bytes(bytes(buf))
+        try:
+            events = decoder_for(protocol, opts).decode(message.key, message.value, CTX)
+        except DecodeError as exc:
+            assert exc.offset == 500
+        else:
+            assert all(isinstance(e, RowChange) for e in events)

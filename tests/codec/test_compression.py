@@ -6,11 +6,12 @@ import pickle
 import struct
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from ticdc_delta.codec import decoder_for, encoder_for
 from ticdc_delta.codec.compression import compress, compression_option, decompress
 from ticdc_delta.codec.model import DecodeContext
-from ticdc_delta.errors import CompressionError
+from ticdc_delta.errors import CompressionError, DecodeError
 
 from . import cases
 
@@ -75,3 +76,25 @@ def test_forged_snappy_length_is_refused_before_allocation() -> None:
     forged = bytes([0xFF, 0xFF, 0xFF, 0xFF, 0x0F]) + b"\x00" * 10  # declares 4 GiB
     with pytest.raises(CompressionError, match="declares 4294967295 uncompressed bytes"):
         decompress("snappy", forged, "canal-json")
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), algorithm=st.sampled_from(["lz4", "snappy"]),
+       protocol=st.sampled_from(["open-protocol", "canal-json"]))
+def test_fuzz_mutated_compressed_values_give_only_decode_errors(data: st.DataObject, algorithm: str,
+                                                               protocol: str) -> None:
+    options = {"max-batch-size": "4"} if protocol == "open-protocol" else EXT
+    opts = {**options, "large-message-handle-compression": algorithm}
+    message = encoder_for(protocol, opts).encode(cases.ROW_EVENTS[:2])[0]
+    buf = bytearray(message.value or b"")
+    for _ in range(data.draw(st.integers(1, 3))):
+        if data.draw(st.booleans()):
+            buf[data.draw(st.integers(0, len(buf) - 1))] = data.draw(st.integers(0, 255))
+        else:
+            buf = buf[: data.draw(st.integers(0, len(buf)))]
+            if not buf:
+                break
+    try:
+        decoder_for(protocol, opts).decode(message.key, bytes(buf), CTX)
+    except DecodeError as exc:
+        assert exc.offset == 77 and len(str(exc)) < 2000
