@@ -6,7 +6,7 @@ Prints, on this machine:
   per-key collapse, MERGE, durable state);
 * **baseline**: the same source and decoder with gating + MERGE replaced by a plain append of every
   decoded row (the limit for this source and decoder); and the ratio job / baseline;
-* **source**: the raw Kafka read rate of the source (a query that only counts the rows).
+* **source**: the raw read rate of Spark's Kafka source (a query that only counts the rows).
 
 The stream is generated here, straight in TiCDC's canal-json layout (checked by decoding a sample with the
 real decoder), because the full simulator encodes far slower than the job reads: 60 % inserts, 30 %
@@ -196,8 +196,9 @@ def _source_rate(spark: Any, broker: LocalBroker, topic: str, work: Path) -> tup
         seen[0] += batch_df.count()
 
     t0 = time.monotonic()
-    q = df.writeStream.foreachBatch(count).option("checkpointLocation", str(work / "src-ckpt")).start()
-    q.processAllAvailable()
+    q = (df.writeStream.foreachBatch(count).option("checkpointLocation", str(work / "src-ckpt"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
     q.stop()
     return seen[0], time.monotonic() - t0
 
