@@ -118,3 +118,17 @@ def test_fuzz_decode_cli_only_typed_errors(data: st.DataObject, protocol: str,
     else:
         assert rc == 1 and not out
         assert err.startswith(f"error: {protocol}") and err.count("\n") == 1 and len(err) < 2000
+
+
+def test_decode_prints_integers_beyond_64_bits_exactly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An Open Protocol number of 30 digits stays exact through the decoder and the JSON line."""
+    import struct
+
+    entry = b'{"ts":1,"scm":"s","tbl":"t","t":1}'
+    value = b'{"u":{"c":{"t":8,"f":0,"v":123456789012345678901234567890},"d":{"t":5,"f":0,"v":1.5}}}'
+    (tmp_path / "k").write_bytes(struct.pack(">Q", 1) + struct.pack(">Q", len(entry)) + entry)
+    (tmp_path / "v").write_bytes(struct.pack(">Q", len(value)) + value)
+    rc, objs, err = _run(capsys, "--protocol", "open-protocol", "--key-file", str(tmp_path / "k"),
+                         "--value-file", str(tmp_path / "v"))
+    assert rc == 0, err
+    assert objs[0]["columns"] == {"c": 123456789012345678901234567890, "d": 1.5}

@@ -13,6 +13,8 @@ Values: integers stay exact JSON integers (18446744073709551615 included), float
 from __future__ import annotations
 
 import base64
+import json
+import math
 from typing import Any, Sequence
 
 import orjson
@@ -66,7 +68,24 @@ def event_to_json_object(event: Event) -> dict[str, Any]:
 def event_to_json_line(event: Event) -> str:
     """One line of ``decode`` output (no trailing newline).
 
-    orjson refuses integers beyond 64 bits and writes big unsigned ones exactly, so
-    BIGINT UNSIGNED max prints as ``18446744073709551615``.
+    orjson writes big unsigned integers exactly (BIGINT UNSIGNED max prints as ``18446744073709551615``)
+    but refuses integers beyond 64 bits (an Open Protocol DECIMAL or BIGINT sent as a 30-digit JSON
+    number): such a line is written by the standard library, which keeps every integer exact (and,
+    like orjson, writes a non-finite float as ``null``).
     """
-    return orjson.dumps(event_to_json_object(event), option=orjson.OPT_PASSTHROUGH_DATACLASS).decode()
+    obj = event_to_json_object(event)
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_PASSTHROUGH_DATACLASS).decode()
+    except TypeError:
+        return json.dumps(_finite(obj), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by ``None`` (as orjson writes them)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value

@@ -15,7 +15,7 @@ import pyarrow as pa
 from ..codec import DecodeContext, decoder_for
 from ..codec.model import DDLEvent, ResolvedEvent, RowChange
 from ..core.records import dump_record, record_from_event
-from ..errors import DecodeError
+from ..errors import DecodeError, TransientError
 from ..locations import table_name_problem
 
 __all__ = ["DECODED_SCHEMA", "DECODED_ARROW_SCHEMA", "DecoderSpec", "make_decode_fn", "decode_messages"]
@@ -110,6 +110,8 @@ def decode_messages(
         except DecodeError as exc:
             emit(topic, part, off, 0, "error", None, None, str(exc), key, value)
             continue
+        except TransientError:
+            raise  # e.g. the claim-check storage is unreachable: the batch is retried, the message kept
         except Exception as exc:  # noqa: BLE001 - a decoder bug must not kill the job: dead-letter it
             emit(topic, part, off, 0, "error", None, None,
                  f"{decoder.protocol}: unexpected {type(exc).__name__}: {exc}", key, value)

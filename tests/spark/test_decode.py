@@ -1,0 +1,47 @@
+"""Executor-side decoding (``decode_messages``, no Spark needed): claim-check reads, dead letters, retries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ticdc_delta.codec import decoder_for, encoder_for
+from ticdc_delta.errors import ClaimCheckUnavailableError
+from ticdc_delta.spark.decode import decode_messages
+
+from ..codec import cases
+
+
+def _messages(tmp: Path) -> tuple[dict[str, str], list]:
+    opts = {"enable-tidb-extension": "true", "large-message-handle-option": "claim-check",
+            "max-message-bytes": "600", "claim-check-storage-uri": str(tmp)}
+    return opts, encoder_for("canal-json", opts).encode(cases.ROW_EVENTS[:1])
+
+
+def _decode(opts: dict[str, str], messages: list) -> dict[str, list]:
+    n = len(messages)
+    return decode_messages(decoder_for("canal-json", opts), ["t"] * n, [0] * n, list(range(n)),
+                           [m.key for m in messages], [m.value for m in messages])
+
+
+def test_claim_check_rows_are_read_on_the_executor(tmp_path: Path) -> None:
+    opts, messages = _messages(tmp_path)
+    out = _decode(opts, messages)
+    assert out["kind"] == ["row"] and out["error"] == [None]
+
+
+def test_missing_claim_check_object_is_a_dead_letter_row(tmp_path: Path) -> None:
+    opts, messages = _messages(tmp_path)
+    for p in tmp_path.iterdir():
+        p.unlink()
+    out = _decode(opts, messages)
+    assert out["kind"] == ["error"] and "is not in" in out["error"][0] and out["value"] == [messages[0].value]
+
+
+def test_unreachable_claim_check_storage_is_retried_not_dead_lettered(tmp_path: Path) -> None:
+    opts, messages = _messages(tmp_path / "cc")
+    (tmp_path / "blocker").write_bytes(b"")  # a file where the storage directory should be
+    opts = {**opts, "claim-check-storage-uri": str(tmp_path / "blocker")}
+    with pytest.raises(ClaimCheckUnavailableError, match="failed 4 times"):
+        _decode(opts, messages)
