@@ -1,4 +1,4 @@
-"""Command line: ``python -m ticdc_delta {decode,simulate,run,status,reset}``.
+"""Command line: ``python -m ticdc_delta {decode,simulate,run,status,reset,snapshot}``.
 
 Exit codes follow the error kinds (:mod:`ticdc_delta.errors`): 0 success, 1 terminal failure (bad
 input, bad configuration, a DDL refused by policy — retrying will not help), 2 usage error,
@@ -140,6 +140,27 @@ def _cmd_reset(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_snapshot(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .snapshot.dumpling import CsvDialect
+
+    try:
+        dialect = CsvDialect(separator=args.csv_separator, delimiter=args.csv_delimiter,
+                             null_value=args.csv_null_value, escape_backslash=not args.no_escape_backslash,
+                             header=not args.no_header, binary_format=args.binary_format)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    cfg = load_config(args.config)
+    _setup_logging(cfg.log_level)
+    from .snapshot.load import load_dumpling_snapshot
+    from .spark.job import spark_for
+
+    summary = load_dumpling_snapshot(cfg, args.source, spark=spark_for(cfg), force=args.force,
+                                     dialect=dialect, timestamp_zone=args.timestamp_zone)
+    print(f"ticdc-delta: changefeed {cfg.changefeed}: {summary.describe()}", file=sys.stderr)
+    return EXIT_OK
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -183,6 +204,24 @@ def _build_parser() -> argparse.ArgumentParser:
                     help="explicit starting offset, repeatable; name every partition (-2 earliest, -1 latest)")
     rs.add_argument("--yes", action="store_true", help="do it (without: print what would be done, change nothing)")
     rs.set_defaults(func=_cmd_reset)
+
+    sn = sub.add_parser("snapshot", help="load a consistent TiDB snapshot (a Dumpling export) into the Delta tables")
+    sn.add_argument("--config", required=True, help="the job's YAML file")
+    sn.add_argument("--from", dest="kind", required=True, choices=["dumpling"], help="what the snapshot is")
+    sn.add_argument("source", metavar="PATH", help="the export directory (local path or object-store URI)")
+    sn.add_argument("--force", action="store_true",
+                    help="load even into tables the stream already advanced past, or over a newer snapshot")
+    sn.add_argument("--csv-separator", default=",", help="Dumpling's --csv-separator (default ,)")
+    sn.add_argument("--csv-delimiter", default='"', help="Dumpling's --csv-delimiter (default \")")
+    sn.add_argument("--csv-null-value", default="\\N", help="Dumpling's --csv-null-value (default \\N)")
+    sn.add_argument("--no-escape-backslash", action="store_true", help="the export ran with --escape-backslash=false")
+    sn.add_argument("--no-header", action="store_true", help="the export ran with --no-header")
+    sn.add_argument("--binary-format", default="utf8", choices=["utf8", "hex", "base64"],
+                    help="binary columns in CSV: utf8 (--csv-output-dialect default), hex (snowflake, redshift), "
+                         "base64 (bigquery)")
+    sn.add_argument("--timestamp-zone", default="UTC",
+                    help="zone of TIMESTAMP values in the export (UTC unless Dumpling ran with --skip-tz-utc)")
+    sn.set_defaults(func=_cmd_snapshot)
 
     demo = sub.add_parser("demo", help="local broker + simulated TiCDC stream + job --once + oracle check")
     demo.add_argument("--protocol", default="canal-json", choices=["open-protocol", "craft", "canal-json", "avro"])

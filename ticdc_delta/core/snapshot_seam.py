@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from ..errors import SnapshotConflictError
 from .records import DDLRecord, Record
 
-__all__ = ["SnapshotSeam"]
+__all__ = ["SnapshotSeam", "seam_from_state"]
 
 
 class SnapshotSeam:
@@ -63,3 +64,24 @@ class SnapshotSeam:
             else:
                 kept.append(rec)
         return kept, dropped
+
+
+def seam_from_state(snapshots: Mapping[str, Mapping[str, object]] | None) -> SnapshotSeam:
+    """The seam of the snapshots the job state records (``meta["snapshots"]``, written by the
+    ``snapshot`` command: per table ``schema``, ``table``, ``tso``, ``status``).
+
+    Raises:
+        SnapshotConflictError: a table whose load did not finish (status ``loading``): its Delta table may
+            hold an older state than its recorded TSO, so no change of it can be placed yet.
+    """
+    tsos: dict[tuple[str, str], int] = {}
+    for entry in (snapshots or {}).values():
+        name = f"{entry.get('schema')}.{entry.get('table')}"
+        if entry.get("status") != "done":
+            raise SnapshotConflictError(
+                f"the snapshot load of table {name} at TSO {entry.get('tso')} ({entry.get('source')}) did not "
+                "finish: re-run the same `python -m ticdc_delta snapshot` command (it skips what was loaded), "
+                "then run the job"
+            )
+        tsos[(str(entry["schema"]), str(entry["table"]))] = int(entry["tso"])  # type: ignore[call-overload]
+    return SnapshotSeam(tsos)

@@ -1,0 +1,351 @@
+"""Load a Dumpling export into the Delta tables with Spark, record each table's snapshot TSO in the job state.
+
+The driver only plans: it reads the export's ``metadata`` and schema files and lists the data files
+(:func:`~ticdc_delta.snapshot.dumpling.read_export`). Every data file is read and parsed on an executor
+(``mapInArrow``, one task per file), and the rows are written by delta-spark; no row passes through the
+driver.
+
+Per table, in this order:
+
+1. **Checks** (before anything is written). The table's YAML mapping applies (``enabled``, ``key``,
+   ``partition_by``, ``path``); a key override or ``partition_by`` column the table does not have is a
+   :class:`~ticdc_delta.errors.ConfigError`. Loading is refused (:class:`~ticdc_delta.errors.
+   SnapshotConflictError`) when the job state says the stream already applied a change of the table with
+   a commit ts after the snapshot's TSO, or a newer snapshot of it is loaded — unless ``force``.
+2. **Intent**: the job state records the snapshot TSO with status ``loading`` (and the column type
+   parameters the stream's catalog needs: DECIMAL precision/scale, ENUM/SET members). While a table is
+   ``loading`` the streaming job refuses to run (:func:`~ticdc_delta.core.snapshot_seam.seam_from_state`).
+3. **Data**: one delta-spark overwrite of the table's location — one Delta commit, so the table is either
+   as before or completely loaded, never half. The commit carries the app transaction
+   (``<changefeed>/snapshot``, TSO) (Delta's ``txnAppId``/``txnVersion``): a re-run of the same snapshot
+   finds it and skips the table (idempotent, also after a crash between tables).
+4. **Done**: the state marks every loaded table ``done``; the stream from then on drops each table's
+   changes with commit ts ≤ its TSO (:mod:`ticdc_delta.core.snapshot_seam`).
+
+A failure anywhere (a truncated file, a crash) leaves the tables committed so far complete and the rest as
+they were; the state still says ``loading``, so the stream waits until the command is re-run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import pyarrow as pa
+
+from ..config import JobConfig
+from ..delta.applier import TableCatalog
+from ..delta.state_store import RESET_BATCH_ID, PipelineState, StateStore
+from ..errors import ConfigError, SnapshotConflictError, SnapshotFormatError, TerminalError
+from ..locations import child_location
+from .dumpling import CsvDialect, DataFile, SnapshotColumn, TableExport, data_file_batches, read_export
+
+__all__ = [
+    "SNAPSHOT_APP_SUFFIX",
+    "SNAPSHOT_FAULT_STAGE",
+    "TableLoad",
+    "SnapshotSummary",
+    "load_dumpling_snapshot",
+    "spark_ddl_schema",
+    "snapshot_key",
+]
+
+log = logging.getLogger(__name__)
+progress_log = logging.getLogger("ticdc_delta.progress")
+
+SNAPSHOT_APP_SUFFIX = "/snapshot"
+"""The snapshot commit's Delta app id is the changefeed plus this suffix; its version is the TSO."""
+
+SNAPSHOT_FAULT_STAGE = "snapshot_after_table"
+"""Fault injection for tests: ``TICDC_DELTA_FAULT=snapshot_after_table@N`` fails after the N-th table
+(1-based) of a load was committed."""
+
+_FILES_SCHEMA = "path string, size long, format string, compression string"
+
+
+def snapshot_key(schema: str, table: str) -> str:
+    """The key of a table in the state's ``snapshots`` (and ``catalog``) map."""
+    return f"{schema}\x00{table}"
+
+
+@dataclass
+class TableLoad:
+    """What the load did to one table."""
+
+    schema: str
+    table: str
+    path: str
+    rows: int = 0
+    bytes: int = 0
+    files: int = 0
+    skipped: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class SnapshotSummary:
+    """The whole load: the TSO, per-table results and totals."""
+
+    source: str
+    tso: int
+    tables: list[TableLoad] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        return sum(t.rows for t in self.tables)
+
+    @property
+    def bytes(self) -> int:
+        return sum(t.bytes for t in self.tables)
+
+    def describe(self) -> str:
+        loaded = [t for t in self.tables if t.skipped is None]
+        skipped = [t for t in self.tables if t.skipped is not None]
+        rate = self.rows / self.seconds if self.seconds > 0 else 0.0
+        text = (f"snapshot {self.source} at TSO {self.tso}: {len(loaded)} table(s) loaded, {self.rows} rows, "
+                f"{self.bytes} bytes in {self.seconds:.1f}s ({rate:.0f} rows/s)")
+        for t in skipped:
+            text += f"\n  {t.schema}.{t.table}: skipped ({t.skipped})"
+        return text
+
+
+def _spark_type(t: pa.DataType) -> str:
+    if pa.types.is_int64(t):
+        return "bigint"
+    if pa.types.is_int32(t):
+        return "int"
+    if pa.types.is_float64(t):
+        return "double"
+    if pa.types.is_float32(t):
+        return "float"
+    if pa.types.is_decimal(t):
+        return f"decimal({t.precision},{t.scale})"
+    if pa.types.is_date32(t):
+        return "date"
+    if pa.types.is_timestamp(t):
+        return "timestamp" if t.tz else "timestamp_ntz"
+    if pa.types.is_string(t):
+        return "string"
+    if pa.types.is_binary(t):
+        return "binary"
+    if pa.types.is_list(t):
+        return f"array<{_spark_type(t.value_type)}>"
+    raise TerminalError(f"no Spark type for Arrow type {t}")
+
+
+def spark_ddl_schema(schema: pa.Schema) -> str:
+    """A Spark DDL schema string (```a` bigint, ...``) for an Arrow schema of Delta column types."""
+    return ", ".join(f"`{f.name.replace('`', '``')}` {_spark_type(f.type)}" for f in schema)
+
+
+def make_load_fn(
+    columns: Sequence[SnapshotColumn], dialect: CsvDialect, tz: str, extra: Sequence[tuple[pa.Field, Any]]
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function: file rows (path, size, format, compression) in, table rows out."""
+    columns, extra = list(columns), list(extra)
+
+    def load(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for row in batch.to_pylist():
+                f = DataFile(row["path"], row["size"], row["format"], row["compression"])
+                yield from data_file_batches(f, columns, dialect=dialect, tz=tz, extra=extra)
+
+    return load
+
+
+def _fault(table_index: int) -> None:
+    spec = os.environ.get("TICDC_DELTA_FAULT", "")
+    name, _, at = spec.partition(":")[0].partition("@")
+    if name == SNAPSHOT_FAULT_STAGE and at.isdigit() and int(at) == table_index:
+        raise RuntimeError(f"injected fault after table {table_index} of the snapshot load")
+
+
+_WORKER_ERROR = re.compile(r"SnapshotFormatError: (.*)")
+
+
+def _typed(exc: Exception) -> Exception:
+    """A Spark job failure caused by a SnapshotFormatError on an executor, as that error again."""
+    text = str(exc)
+    m = _WORKER_ERROR.search(text)
+    if m is not None:
+        return SnapshotFormatError(m.group(1).strip())
+    return exc
+
+
+def _delta_txn_version(path: str, app_id: str, storage_options: Mapping[str, str] | None) -> int | None:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(path, storage_options=dict(storage_options) if storage_options else None).transaction_version(app_id)
+    except TableNotFoundError:
+        return None
+
+
+def _committed_rows(path: str, storage_options: Mapping[str, str] | None) -> int:
+    from deltalake import DeltaTable
+
+    history = DeltaTable(path, storage_options=dict(storage_options) if storage_options else None).history(1)
+    metrics = history[0].get("operationMetrics") or {} if history else {}
+    try:
+        return int(metrics.get("numOutputRows", 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _check_columns(cfg: JobConfig, t: TableExport, what: str, names: Sequence[str]) -> None:
+    have = {c.name.lower() for c in t.create.columns}
+    missing = [n for n in names if n.lower() not in have]
+    if missing:
+        raise ConfigError(
+            f"tables[{t.schema}.{t.table}].{what}: columns {missing} are not in the snapshot's schema file "
+            f"{t.schema_file} (columns: {[c.name for c in t.create.columns]})"
+        )
+
+
+def load_dumpling_snapshot(
+    cfg: JobConfig,
+    location: str,
+    *,
+    spark: Any,
+    force: bool = False,
+    dialect: CsvDialect = CsvDialect(),
+    timestamp_zone: str = "UTC",
+) -> SnapshotSummary:
+    """Load the Dumpling export at ``location`` into the job's Delta tables (see the module docstring).
+
+    Args:
+        cfg: the job configuration (table mapping, sink, checkpoint).
+        location: the export directory (local path or object-store URI).
+        spark: the SparkSession (Delta Lake on it).
+        force: load even into a table the stream advanced past, or over a newer snapshot.
+        dialect: the CSV options Dumpling ran with.
+        timestamp_zone: the zone of TIMESTAMP text in the export (UTC unless ``--skip-tz-utc``).
+
+    Raises:
+        SnapshotFormatError: a missing, truncated or malformed file (named); nothing of its table is
+            committed.
+        SnapshotConflictError: a table the stream already advanced past, or with a newer snapshot.
+        ConfigError: a key override or ``partition_by`` column the table does not have.
+    """
+    started = time.monotonic()
+    export = read_export(location)
+    tso = export.tso
+    summary = SnapshotSummary(location, tso)
+    storage = cfg.sink.storage_options or None
+    app_id = cfg.changefeed + SNAPSHOT_APP_SUFFIX
+
+    store = StateStore(child_location(cfg.checkpoint, "state"), cfg.changefeed, storage_options=storage)
+    saved = store.load()
+    state = saved or PipelineState(RESET_BATCH_ID)
+    meta = dict(state.meta)
+    snapshots: dict[str, Any] = dict(meta.get("snapshots", {}))
+    applied = meta.get("tables", {})
+
+    # 1. which tables, and may they be loaded
+    plan: list[tuple[TableExport, str, str, str]] = []
+    for t in export.tables:
+        schema, table = cfg.fold_name(t.schema), cfg.fold_name(t.table)
+        mapping = cfg.table_mapping_for(t.schema, t.table)
+        if mapping is not None and not mapping.enabled:
+            summary.tables.append(TableLoad(schema, table, "", skipped="disabled in the table mapping"))
+            continue
+        if mapping is not None and mapping.key:
+            _check_columns(cfg, t, "key", mapping.key)
+        if mapping is not None and mapping.partition_by:
+            _check_columns(cfg, t, "partition_by", mapping.partition_by)
+        name = f"{schema}.{table}"
+        stream_ts = int(applied.get(name, {}).get("commit_ts", 0) or 0)
+        previous = snapshots.get(snapshot_key(schema, table)) or {}
+        if not force and stream_ts > tso:
+            raise SnapshotConflictError(
+                f"table {name}: the stream already applied changes up to commit ts {stream_ts}, after this "
+                f"snapshot's TSO {tso} ({location}): loading it would move the table back in time. Use a newer "
+                "snapshot, or --force to replace the table anyway (then reset the changefeed to the snapshot's TSO)"
+            )
+        if not force and int(previous.get("tso", 0)) > tso:
+            raise SnapshotConflictError(
+                f"table {name}: a newer snapshot (TSO {previous['tso']}, {previous.get('source')}) is already "
+                f"recorded, this one is at TSO {tso}; use --force to load the older one"
+            )
+        plan.append((t, schema, table, cfg.table_path(t.schema, t.table)))
+
+    # 2. intent: TSOs (status loading) and type parameters, before any table is written
+    catalog = TableCatalog(meta.get("catalog"), fold_names=not cfg.case_sensitive)
+    for t, schema, table, path in plan:
+        catalog.drop_table(schema, table)
+        for col in t.columns:
+            catalog.set_params(schema, table, col.name, col.params)
+        snapshots[snapshot_key(schema, table)] = {"schema": schema, "table": table, "tso": tso, "status": "loading",
+                                                  "source": location, "path": path}
+    meta["snapshots"], meta["catalog"] = snapshots, catalog.to_json()
+    store.reset(PipelineState(state.batch_id, state.watermarks, state.held, meta))
+
+    # 3. data, one overwrite commit per table
+    meta_cols = cfg.sink.metadata_columns
+    extra: list[tuple[pa.Field, Any]] = []
+    if meta_cols:
+        extra = [(pa.field(meta_cols.commit_ts, pa.int64()), tso), (pa.field(meta_cols.op, pa.string()), "insert")]
+    for i, (t, schema, table, path) in enumerate(plan, start=1):
+        t0 = time.monotonic()
+        result = TableLoad(schema, table, path, bytes=t.bytes, files=len(t.files))
+        have = _delta_txn_version(path, app_id, storage)
+        if have is not None and have == tso and not force:
+            result.skipped = "already loaded from this snapshot"
+            result.rows = _committed_rows(path, storage)
+        else:
+            columns = t.columns
+            arrow_schema = pa.schema([c.field() for c in columns] + [f for f, _ in extra])
+            files = [(f.path, f.size, f.format, f.compression) for f in t.files]
+            rdd = spark.sparkContext.parallelize(files, max(1, len(files)))
+            files_df = spark.createDataFrame(rdd, _FILES_SCHEMA)
+            rows_df = files_df.mapInArrow(make_load_fn(columns, dialect, timestamp_zone, extra),
+                                          spark_ddl_schema(arrow_schema))
+            writer = rows_df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+            if have is None or have < tso:
+                writer = writer.option("txnAppId", app_id).option("txnVersion", tso)
+            mapping = cfg.table_mapping_for(t.schema, t.table)
+            if mapping is not None and mapping.partition_by:
+                writer = writer.partitionBy(*mapping.partition_by)
+            for key, value in (storage or {}).items():
+                writer = writer.option(key, value)
+            try:
+                writer.save(path)
+            except Exception as exc:  # a Spark job failure: surface a worker's typed error as itself
+                typed = _typed(exc)
+                if typed is exc:
+                    raise
+                raise typed from None
+            result.rows = _committed_rows(path, storage)
+        result.seconds = time.monotonic() - t0
+        summary.tables.append(result)
+        elapsed = time.monotonic() - started
+        done_rows = summary.rows
+        progress_log.info(json.dumps({
+            "snapshot": location, "tso": tso, "table": f"{schema}.{table}", "tables_done": i,
+            "tables": len(plan), "rows": result.rows, "bytes": result.bytes, "skipped": result.skipped,
+            "total_rows": done_rows, "total_bytes": summary.bytes, "seconds": round(elapsed, 3),
+            "rows_per_s": round(done_rows / elapsed, 1) if elapsed > 0 else None,
+            "mb_per_s": round(summary.bytes / 1e6 / elapsed, 3) if elapsed > 0 else None,
+        }))
+        _fault(i)
+
+    # 4. done
+    saved = store.load()
+    state = saved or PipelineState(RESET_BATCH_ID)
+    meta = dict(state.meta)
+    snapshots = dict(meta.get("snapshots", {}))
+    for r in summary.tables:
+        entry = snapshots.get(snapshot_key(r.schema, r.table))
+        if entry is not None and r.path:
+            snapshots[snapshot_key(r.schema, r.table)] = {**entry, "status": "done", "rows": r.rows}
+    meta["snapshots"] = snapshots
+    store.reset(PipelineState(state.batch_id, state.watermarks, state.held, meta))
+    summary.seconds = time.monotonic() - started
+    return summary
