@@ -77,6 +77,24 @@ def _unwrap(exc: BaseException, handler: BatchHandler) -> BaseException:
     return handler.error if handler.error is not None else exc
 
 
+def _check_checkpoint_filesystem(spark: Any, path: str) -> None:
+    """Fail early, in one line, when Spark has no Hadoop filesystem for the checkpoint's scheme.
+
+    Raises:
+        ConfigError: the filesystem's jar is missing (``s3://``: it names hadoop-aws).
+    """
+    from .kafka_source import unwrap_source_error
+
+    jvm = spark._jvm
+    try:
+        jvm.org.apache.hadoop.fs.Path(path).getFileSystem(spark._jsc.hadoopConfiguration())
+    except Exception as exc:  # noqa: BLE001 - typed below when it is a missing filesystem
+        typed = unwrap_source_error(exc)
+        if typed is not None:
+            raise typed from None
+        raise
+
+
 def _group_mirror_listener(mirror: Any, query_name: str) -> Any:
     """A :class:`StreamingQueryListener` that mirrors each finished batch of the query ``query_name`` to
     the consumer group (Spark posts a progress event once the batch is in the commit log)."""
@@ -130,6 +148,7 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
     from .kafka_source import ConsumerGroupMirror, read_kafka_stream
 
     spark = spark or spark_for(cfg)
+    _check_checkpoint_filesystem(spark, cfg.checkpoint.rstrip("/") + "/spark")
     handler = handler or build_handler(cfg)
     df = read_kafka_stream(
         spark,
