@@ -17,6 +17,15 @@ escaped (``\\x89PNG\\r\\n``); everything else is a JSON number or string. Messag
 TiCDC releases (v4.0) have no ``"f"`` field and carried *every* string-typed value as base64 (Go
 marshals ``[]byte`` that way) — the seed's example log is one (``{"t":15,"v":"YWE="}`` is ``'aa'``).
 A column without ``"f"`` is decoded that way.
+
+Large messages (TiCDC's ``large-message-handle-*`` sink options; TiCDC allows them for Open Protocol,
+Canal-JSON with the TiDB extension and its simple protocol only, so Craft and Avro have no equivalent):
+``large-message-handle-compression`` compresses each row and DDL value entry (:mod:`.compression`); a row
+entry above ``max-message-bytes`` keeps only its handle-key columns and its event key says why —
+``"ohk": true`` (handle-key-only: refused as :class:`~ticdc_delta.errors.HandleKeyOnlyError` unless it is a
+DELETE) or ``"ccl": "<location>"`` (claim-check: the full message is read from ``claim-check-storage-uri``,
+:mod:`.claim_check`). ``only-output-updated-columns`` leaves unchanged columns out of ``"p"``; the old
+image is rebuilt from ``"u"``.
 """
 
 from __future__ import annotations
