@@ -439,3 +439,16 @@ def test_the_simulated_changefeed_has_nothing_to_refuse(protocol: str, options: 
             elif ev.kind == "row":
                 rows += len(sc.rows([record_from_event(ev, "cdc", 0, offset, idx)]))
     assert sc.rejections == [] and rows > 1000
+
+
+def test_a_merge_cast_error_quotes_a_capped_value(tmp_path) -> None:
+    from ticdc_delta.delta.sink import OP_COLUMN, DeltaRsSink, TableIdent, batch_txn
+
+    sink = DeltaRsSink(str(tmp_path))
+    ident = TableIdent("s", "t")
+    sink.ensure_table(ident, pa.schema([("id", pa.int64()), ("a", pa.int64())]), [], batch_txn("cf", 0))
+    huge = "9" * 1_000_000 + "x"
+    changes = pa.table({"id": [1], "a": [huge], OP_COLUMN: ["u"]})
+    with pytest.raises(SinkError, match="does not fit") as info:
+        sink.merge(ident, changes, ["id"], batch_txn("cf", 1))
+    assert len(str(info.value)) < 1000 and "characters)" in str(info.value)

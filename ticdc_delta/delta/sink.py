@@ -466,8 +466,11 @@ class DeltaRsSink:
                 try:
                     column = column.cast(want)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    reason = str(exc)  # Arrow quotes the whole offending value: cap it
+                    if len(reason) > 400:
+                        reason = f"{reason[:400]}… ({len(reason)} characters)"
                     raise SinkError(
-                        f"{path}: column {field.name!r} ({column.type}) does not fit {want}: {exc}"
+                        f"{path}: column {field.name!r} ({column.type}) does not fit {want}: {reason}"
                     ) from exc
             arrays.append(column)
             fields.append(pa.field(field.name, want, nullable=True))
