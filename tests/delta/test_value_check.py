@@ -412,6 +412,16 @@ def test_value_the_existing_delta_column_cannot_take_is_refused_and_the_rest_mer
     assert rows == {1: 1, 2: 123}
 
 
+def test_a_column_with_two_types_in_the_batch_is_not_checked_against_the_table() -> None:
+    """The applier types a new column by its first image; a re-run after a crash would see that type in
+    the table, so the first attempt must not decide by the table either."""
+    sc = ValueScreen(TableCatalog(), delta_type=lambda s, t, c: pa.int64())
+    recs = [change(0, ("a", int(T.DOUBLE), N, 1.5)), change(1, ("a", int(T.DECIMAL), N, "2.5"), id_=2)]
+    assert sc.rows(recs) == recs
+    sc = ValueScreen(TableCatalog(), delta_type=lambda s, t, c: pa.int64())
+    assert sc.rows(recs[:1]) == [] and sc.rejections[0].value == 1.5
+
+
 def test_a_column_the_applier_widens_is_not_checked_against_the_old_type() -> None:
     sc = ValueScreen(TableCatalog(), delta_type=lambda s, t, c: pa.int64())
     rec = change(0, ("a", int(T.VARCHAR), N, "abc"))  # int64 -> string: the applier rewrites the column

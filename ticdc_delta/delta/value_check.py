@@ -208,9 +208,10 @@ class ValueScreen:
         delta_type: optional ``(schema, table, column) -> Arrow type or None``, the type of the column in
             the existing Delta table. A value whose Delta type differs from the table's, and that the
             MERGE cannot cast to it (the table kept its type because a DDL was ignored: a BIGINT
-            column, a DOUBLE value ``1.5``), is refused too. Give it only for a batch without DDL (records nor
-            held), so that a re-run after a crash, which may see tables a DDL of the batch changed,
-            still decides the same.
+            column, a DOUBLE value ``1.5``), is refused too. Give it only for a batch without DDL (records
+            nor held) and screen such a batch in one :meth:`rows` call: a re-run after a crash may see
+            tables the first attempt changed, and must still decide the same (a column with two types in
+            the batch is therefore not checked against the table).
 
     After planning, :attr:`rejections` holds what was dropped, in apply order.
     """
@@ -236,6 +237,7 @@ class ValueScreen:
         self._table_problem = table_problem
         self._changed_schemas: set[str] = set()
         self._checks: dict[tuple[Any, ...], Any] = {}
+        self._screening: list[ChangeRecord] = []
         self.rejections: list[Rejection] = []
 
     def ddl(self, record: DDLRecord) -> None:
@@ -281,6 +283,7 @@ class ValueScreen:
     def rows(self, records: Iterable[ChangeRecord]) -> list[ChangeRecord]:
         """The changes of ``records`` whose every value converts; the others become rejections."""
         kept: list[ChangeRecord] = []
+        self._screening = records = list(records)
         for rec in records:
             found = self.check(rec)
             if found is None:
@@ -343,7 +346,23 @@ class ValueScreen:
         existing = self._delta_type(schema, table, name) if self._delta_type is not None else None
         if existing is None or _plain(existing) == target or widens(_plain(existing), target):
             return check  # the MERGE writes it as it is, or widens the table first
+        if not self._one_type(schema, table, name, type_code, flags):
+            # Two types for one column in one batch (Avro schema drift): the applier types the column by
+            # the first; a crash after it added the column would show a re-run another table type than
+            # the first attempt saw. Leave the fit to the MERGE, so that both attempts decide alike.
+            return check
         return _fits(check, target, existing)
+
+    def _one_type(self, schema: str, table: str, name: str, type_code: int, flags: int) -> bool:
+        """Whether every change being screened that carries the column gives it this type."""
+        for rec in self._screening:
+            if rec.schema != schema or rec.table != table:
+                continue
+            for image in (rec.new, rec.old):
+                for col in image or ():
+                    if col[0] == name and (col[1] != type_code or col[2] != flags):
+                        return False
+        return True
 
     @staticmethod
     def _reject(rec: ChangeRecord, column: str | None, value: Any, error: str) -> Rejection:
