@@ -47,6 +47,8 @@ BAD_VALUES = [
     ("INT beyond int64", ("i", int(T.BIGINT), N, 1 << 63)),
     ("INT as float above 2**64", ("i", int(T.BIGINT), N, 1.8446744073709552e19)),
     ("INT not a number", ("i", int(T.INT), N, "12x")),
+    ("INT fractional Decimal", ("i", int(T.BIGINT), N, Decimal("1.5"))),
+    ("BIGINT UNSIGNED fractional Decimal", ("u", int(T.BIGINT), U, Decimal("7.25"))),
     ("TINYINT 128", ("i", int(T.TINYINT), N, 128)),
     ("TINYINT UNSIGNED 256", ("i", int(T.TINYINT), U, 256)),
     ("TINYINT UNSIGNED negative", ("i", int(T.TINYINT), U, -1)),

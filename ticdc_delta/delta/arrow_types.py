@@ -268,13 +268,23 @@ def _to_int64(value: Any) -> int | None:
         return None
     if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
         return value
-    try:
-        v = int(value) if not isinstance(value, float) else None
-    except (TypeError, ValueError):
-        v = None
+    v = _exact_int(value)
     if v is None or not _INT64_MIN <= v <= _INT64_MAX:
         raise _bad(value, "a 64-bit integer")
     return v
+
+
+def _exact_int(value: Any) -> int | None:
+    """``value`` as an int when it is one exactly (an int, integer text, an integral Decimal), else None.
+    A float or a fractional Decimal is not: ``int()`` would truncate it silently."""
+    if isinstance(value, float):
+        return None
+    if isinstance(value, Decimal):
+        return int(value) if value.is_finite() and value == value.to_integral_value() else None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _to_year(value: Any) -> int | None:
@@ -287,10 +297,7 @@ def _to_year(value: Any) -> int | None:
 def _to_uint64_decimal(value: Any) -> Decimal | None:
     if value is None:
         return None
-    try:
-        v = int(value) if not isinstance(value, float) else None
-    except (TypeError, ValueError):
-        v = None
+    v = _exact_int(value)
     if v is None or not 0 <= v <= _UINT64_MAX:
         raise _bad(value, "a BIGINT UNSIGNED")
     return Decimal(v)
