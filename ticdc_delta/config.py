@@ -340,6 +340,23 @@ def _consumer_group(value: Any) -> Any:
     raise ValueError("expected a group name, null (the default ticdc-delta-<changefeed>) or false (no commits)")
 
 
+#: ``source.kafka`` settings only the Kafka Java client (Spark's Kafka source) knows; librdkafka (the
+#: broker probe, the consumer-group mirror, metadata look-ups) would refuse them.
+_JAVA_CLIENT_ONLY = frozenset({"default.api.timeout.ms", "max.poll.records", "sasl.jaas.config",
+                               "retry.backoff.max.ms", "reconnect.backoff.max.ms", "connections.max.idle.ms"})
+_JAVA_CLIENT_ONLY_PREFIXES = ("ssl.truststore.", "ssl.keystore.", "sasl.login.", "sasl.client.callback.")
+
+
+def librdkafka_settings(conf: Mapping[str, Any]) -> dict[str, str]:
+    """``conf`` without the settings only the Kafka Java client knows (``default.api.timeout.ms``,
+    ``sasl.jaas.config``, ``ssl.truststore.*``, ...): what librdkafka clients of the job are given."""
+    return {
+        str(k): str(v)
+        for k, v in conf.items()
+        if str(k) not in _JAVA_CLIENT_ONLY and not str(k).startswith(_JAVA_CLIENT_ONLY_PREFIXES)
+    }
+
+
 class SourceConfig(_Model):
     """The Kafka topic(s) a TiCDC changefeed writes to, and how to read and decode them."""
 
@@ -490,6 +507,13 @@ class SinkConfig(_Model):
     storage_options: Settings = {}
     metadata_columns: Annotated[MetadataColumns | None, BeforeValidator(_metadata_columns)] = None
     source_timezone: Annotated[str, BeforeValidator(_timezone)] = "UTC"
+    # how micro-batches are applied: `delta-rs` (rows planned on the driver, written with delta-rs) or
+    # `spark` (rules on the executors, Delta Lake's MERGE; ticdc_delta/spark/engine.py)
+    engine: Literal["delta-rs", "spark"] = "delta-rs"
+    # spark engine: MERGEs of one DDL segment run concurrently, one Spark session per thread
+    merge_threads: Annotated[int, Field(ge=1, le=64)] = 2
+    # spark engine: retries of a MERGE/append that lost to another writer before exit 75
+    conflict_retries: Annotated[int, Field(ge=0, le=100)] = 5
 
     _SETTING_FIELDS = frozenset({"storage_options"})
 
@@ -771,8 +795,9 @@ class JobConfig(_Model):
         return out
 
     def librdkafka_conf(self) -> dict[str, str]:
-        """librdkafka settings for a consumer: ``bootstrap.servers`` plus ``source.kafka``."""
-        return {"bootstrap.servers": self.source.bootstrap_servers, **self.source.kafka}
+        """librdkafka settings for a consumer: ``bootstrap.servers`` plus ``source.kafka`` without the
+        Kafka Java client's own settings (:func:`librdkafka_settings`)."""
+        return {"bootstrap.servers": self.source.bootstrap_servers, **librdkafka_settings(self.source.kafka)}
 
     def redacted(self) -> dict[str, Any]:
         """The configuration as a plain dict (YAML key names) with every secret replaced by ``"***"``:

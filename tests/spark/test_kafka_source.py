@@ -63,6 +63,16 @@ def test_redact_masks_secret_keys(key: str) -> None:
     assert conf[key] == SECRET  # the input is not modified
 
 
+def test_java_only_settings_stay_away_from_librdkafka() -> None:
+    from ticdc_delta.config import librdkafka_settings
+
+    conf = {"default.api.timeout.ms": "5000", "ssl.truststore.location": "/t.jks", "sasl.jaas.config": "x",
+            "security.protocol": "SSL", "session.timeout.ms": "45000"}
+    assert librdkafka_settings(conf) == {"security.protocol": "SSL", "session.timeout.ms": "45000"}
+    # the Java client gets them all
+    assert to_java_client_conf(conf) == conf
+
+
 def test_mirror_repr_never_shows_secrets() -> None:
     mirror = ConsumerGroupMirror("h:1", "g", {"sasl.password": SECRET, "sasl.username": "alice"})
     assert SECRET not in repr(mirror) and REDACTED in repr(mirror) and "alice" in repr(mirror)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from ticdc_delta.config import librdkafka_settings
 from ticdc_delta.errors import BrokerUnavailableError, ConfigError, KafkaDataLossError, TicdcDeltaError
 
 if TYPE_CHECKING:
@@ -223,7 +224,7 @@ def probe_brokers(
         BrokerUnavailableError: no answer within ``timeout_s`` (the message names the servers only).
         ConfigError: the broker refused the client (authentication).
     """
-    opts = _client_options(bootstrap_servers, {k: str(v) for k, v in (client_conf or {}).items()})
+    opts = _client_options(bootstrap_servers, librdkafka_settings(client_conf or {}))
     last: list[str] = []
     consumer = _new_consumer(opts, error_cb=lambda err: last.append(str(err)))
     try:
@@ -269,7 +270,7 @@ def commit_consumer_group_offsets(
         raise TypeError(str(exc)) from None
     if not offsets:
         return
-    conf = {k: str(v) for k, v in (client_conf or {}).items()}
+    conf = librdkafka_settings(client_conf or {})
     opts = _client_options(bootstrap_servers, conf)
     try:
         admin = AdminClient({**conf, "bootstrap.servers": bootstrap_servers})
@@ -377,7 +378,7 @@ class ConsumerGroupMirror:
             raise TypeError("group_id must be a non-empty str")
         self.bootstrap_servers = bootstrap_servers
         self.group_id = group_id
-        self._conf = {str(k): str(v) for k, v in (client_conf or {}).items()}
+        self._conf = librdkafka_settings(client_conf or {})
         self._timeout_s = timeout_s
         self._committed: dict[TopicPartitionKey, int] = {}
 
