@@ -67,13 +67,15 @@ def test_reset_from_earliest_clears_position_keeps_catalog_and_deletes_spark_che
     state = _state(tmp_path)
     assert state.batch_id == RESET_BATCH_ID and state.watermarks == {} and state.held == []
     assert state.meta["catalog"] == META["catalog"] and state.meta["applied_ddl"] == META["applied_ddl"]
-    assert state.meta["epoch"] == 1 and state.meta["starting_offsets"] == "earliest"
+    first_epoch = state.meta["epoch"]
+    assert state.meta["resets"] == 1 and state.meta["starting_offsets"] == "earliest"
     assert "checkpoint" not in state.meta and "next_offsets" not in state.meta
     assert state.meta["reset"]["previous_batch"] == 4 and state.meta["reset"]["previous_query_id"] == "q-old"
     # again: a second epoch, still consistent
     assert main(["reset", "--config", str(yaml_path), "--offset", "cdc:0=5", "--offset", "cdc:1=-2", "--yes"]) == 0
     state = _state(tmp_path)
-    assert state.meta["epoch"] == 2 and state.meta["starting_offsets"] == {"cdc": {"0": 5, "1": -2}}
+    assert state.meta["resets"] == 2 and state.meta["epoch"] != first_epoch
+    assert state.meta["starting_offsets"] == {"cdc": {"0": 5, "1": -2}}
 
 
 def test_reset_from_state_keeps_position_and_starts_after_the_last_batch(

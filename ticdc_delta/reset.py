@@ -10,8 +10,8 @@ watermarks, held rows, DDL bookkeeping, type catalog). When they disagree the jo
    twice), the chosen starting offsets, and the next *epoch*;
 2. deletes Spark's checkpoint, so the next run starts a new query at batch 0 from those offsets.
 
-The epoch suffixes the Delta app-transaction id (``<changefeed>~<epoch>``): batch ids restart at 0 and
-must not be mistaken for batches committed before the reset. Both steps can be repeated: if ``reset`` is
+The epoch (random) suffixes the Delta app-transaction id (``<changefeed>~<epoch>``): batch ids restart at 0
+and must not be mistaken for batches committed before the reset. Both steps can be repeated: if ``reset`` is
 interrupted, the job refuses to run (the two stores disagree) and running ``reset`` again completes it.
 
 Starting points:
@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
@@ -57,7 +58,7 @@ class ResetPlan:
     checkpoint: str
     previous_batch: int | None
     previous_query_id: str | None
-    epoch: int
+    epoch: str
     starting_offsets: Any
     keep_position: bool
     state: PipelineState
@@ -98,7 +99,8 @@ def plan_reset(
     meta: dict[str, Any] = dict(saved.meta) if saved is not None else {}
     known = meta.get("checkpoint")
     previous_query = known.get("query_id") if isinstance(known, dict) else None
-    epoch = int(meta.get("epoch", 0)) + 1
+    # a fresh random epoch: tables may hold transactions of any earlier epoch of this changefeed
+    epoch = uuid.uuid4().hex[:12]
     keep_position = start == STATE_START
     if keep_position:
         if saved is None:
@@ -115,6 +117,7 @@ def plan_reset(
             raise ValueError(f"offsets name topic(s) {unknown} the job does not read (source topics: {cfg.topics})")
     new_meta = {k: v for k, v in meta.items() if k in ("catalog", "applied_ddl", "tables", "totals")}
     new_meta["epoch"] = epoch
+    new_meta["resets"] = int(meta.get("resets", 0)) + 1
     new_meta["starting_offsets"] = starting
     if keep_position:
         new_meta["next_offsets"] = meta.get("next_offsets", {})

@@ -131,7 +131,7 @@ def test_spark_checkpoint_deleted_stops_then_reset_from_state_loses_nothing(
     assert not (tmp_path / "ckpt" / "spark").exists()
     after = StateStore(str(tmp_path / "ckpt" / "state"), "ck").load()
     assert after is not None and after.batch_id == RESET_BATCH_ID and after.held == held.held
-    assert after.meta["epoch"] == 1
+    assert after.meta["resets"] == 1 and after.meta["epoch"] != held.meta["epoch"]
 
     assert run_job(cfg, once=True, spark=spark) >= 1
     _assert_matches(cfg, oracle)
@@ -178,7 +178,7 @@ def test_reset_to_explicit_offsets_starts_there_in_a_new_epoch(
     assert line["offsets"] == {f"{topic}[0]": {"first": ends[0] - 1, "last": ends[0] - 1}}
     _assert_matches(cfg, oracle)
     state = StateStore(str(tmp_path / "ckpt" / "state"), "ck").load()
-    assert state is not None and state.batch_id == 0 and state.meta["epoch"] == 1
+    assert state is not None and state.batch_id == 0 and state.meta["resets"] == 1
     assert "reset" not in state.meta and "starting_offsets" not in state.meta
 
 
@@ -220,3 +220,19 @@ def test_two_jobs_on_one_checkpoint_is_one_clear_terminal_error(
                 q.stop()
         runner.join(60)
     assert not first_error
+
+
+def test_whole_checkpoint_deleted_starts_over_without_skipping_batch_0(
+    broker: Any, spark: Any, tmp_path: Path, unique_name: Any
+) -> None:
+    """Checkpoint and state deleted together, the lake kept: the new run's batch 0 must not be taken for
+    the old run's batch 0 (the tables hold its Delta app transactions)."""
+    topic = unique_name("fresh-again")
+    oracle, messages, cfg, _ = _setup(broker, topic, tmp_path)
+    half = len(messages) // 2
+    broker.produce_many(topic, messages[:half])
+    run_job(cfg, once=True, spark=spark)
+    shutil.rmtree(tmp_path / "ckpt")
+    broker.produce_many(topic, messages[half:])
+    run_job(cfg, once=True, spark=spark)
+    _assert_matches(cfg, oracle)

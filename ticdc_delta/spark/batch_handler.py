@@ -161,10 +161,12 @@ class BatchHandler:
 
     @property
     def _app_id(self) -> str:
-        """The Delta app-transaction id: the changefeed, suffixed by its epoch after a ``reset`` (batch ids
-        start again at 0 then, and must not be taken for batches committed before the reset)."""
-        epoch = int(self._meta.get("epoch", 0))
-        return self.cfg.changefeed if epoch == 0 else f"{self.cfg.changefeed}~{epoch}"
+        """The Delta app-transaction id: ``<changefeed>~<epoch>``. Batch ids start at 0 with every new Spark
+        checkpoint, so each start from nothing (epoch: the Spark query id) and each ``reset`` (a new random
+        epoch) gets ids of its own: batches committed to the same tables before can never make a new batch
+        look committed. States written before epochs existed keep the bare changefeed."""
+        epoch = self._meta.get("epoch")
+        return self.cfg.changefeed if not epoch else f"{self.cfg.changefeed}~{epoch}"
 
     # --- state ---------------------------------------------------------------------------------------
 
@@ -282,6 +284,11 @@ class BatchHandler:
         ):
             log.info("batch %d was already committed (state at batch %d): skipping", batch_id, self._loaded_batch)
             return
+        if self._loaded_batch is None and query_id is not None:
+            # starting from nothing (no state): the Delta tables may still hold commits of an earlier life of
+            # this changefeed whose checkpoint was deleted whole; a new epoch keeps batch 0 from being skipped.
+            # The query id is the same when this batch is re-run, so the epoch is too.
+            self._meta.setdefault("epoch", query_id)
         guard = self._ts_guard(checkpoint, batch_id)
         # a half-done snapshot load stops the job before anything is read (core/snapshot_seam)
         seam = seam_from_state(self._meta.get("snapshots"))
