@@ -1,0 +1,633 @@
+"""The ``spark`` engine: the consumer rules on the executors, Delta Lake's own MERGE, small things on the driver.
+
+Per micro-batch ``N`` (the :class:`~ticdc_delta.spark.batch_handler.BatchHandler` has already skipped a
+batch the state holds and built the ts guard):
+
+1. Decode on the executors (``mapInArrow``, as the ``delta-rs`` engine does) and keep the result cached
+   on the executors. To the driver come only: per (topic, partition, kind) the offset span and count,
+   the resolved marks and the DDL (:mod:`ticdc_delta.core.table_rules`, driver part).
+2. Undecodable messages are appended to the dead-letter table from the executors (Delta append with
+   ``txnAppId``/``txnVersion``: a re-run is skipped).
+3. The rows of the batch and the rows held by batch ``N-1`` (the staging table) are grouped by table
+   and run through :meth:`~ticdc_delta.core.table_rules.TableRules.apply_table` on the executors: replay
+   drop, release up to the topic watermark, DDL segment, value screen, collapse per key. Out come the
+   final changes per (table, segment), the rows still held, and per table a few counters.
+4. Per segment, every table's final changes are applied with **one** ``DeltaTable.merge`` (tables of a
+   segment concurrently, one Spark session per thread); the batch's DDL steps run between segments on the
+   driver (:mod:`ticdc_delta.delta.ddl_replay`, as in the ``delta-rs`` engine). Each MERGE carries the
+   app transaction ``(changefeed, N·1024 + step)`` through the session confs
+   ``spark.databricks.delta.write.txnAppId``/``txnVersion``: after a crash the re-run skips what was
+   committed, with the same numbering as the ``delta-rs`` engine.
+5. Rows still held are appended to the staging table (``<checkpoint>/staging``) tagged ``held_at = N``
+   (transaction ``(changefeed/staging, N)``); the state blob records ``staging_batch = N`` and is saved
+   with transaction ``N``. Batch ``N+1`` reads ``held_at = N`` only, so a re-run of a crashed batch reads
+   exactly what its first attempt read. Older staging rows are deleted now and then.
+
+Nothing on the driver grows with the number of rows in a batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import pyarrow as pa
+
+from ..core.batch_planner import WATERMARK, ConsumerState, ResolvedMark
+from ..core.merge import DELETE, KeyResolver, MissingKeyError
+from ..core.records import ChangeRecord, DDLRecord, dump_record, load_record
+from ..core.table_rules import TableRules, plan_coordination
+from ..delta.applier import ApplyResult, DeltaApplier
+from ..delta.arrow_types import arrow_type_for, converter_for
+from ..delta.sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, Txn
+from ..delta.state_store import PipelineState
+from ..delta.value_check import ValueScreen
+from ..errors import ConcurrentCommitError, DecodeError, TerminalError
+from ..locations import child_location, fold_name
+from .decode import DECODED_SCHEMA, make_decode_fn
+
+__all__ = ["SparkEngine", "STAGING_SCHEMA", "staging_path", "is_conflict"]
+
+log = logging.getLogger(__name__)
+
+STAGING_SCHEMA = "held_at long, schema string, table string, commit_ts long, payload binary"
+"""The staging table of held rows: ``payload`` is :func:`~ticdc_delta.core.records.dump_record`."""
+
+_ROWS_SCHEMA = "schema string, table string, held boolean, payload binary"
+_OUT_SCHEMA = "schema string, table string, kind string, seg int, commit_ts long, payload binary"
+_SMALL_KINDS = ("meta", "summary", "rejected_ts", "rejection", "error")
+
+TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+
+_CONFLICTS = (
+    "ConcurrentAppendException", "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException",
+    "ConcurrentTransactionException", "MetadataChangedException", "ProtocolChangedException",
+    "ConcurrentWriteException", "DELTA_CONCURRENT",
+)
+
+
+def staging_path(checkpoint: str) -> str:
+    """Where the held rows of a changefeed live: ``<checkpoint>/staging`` (checked to stay inside)."""
+    return child_location(checkpoint, "staging")
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of Delta's optimistic-concurrency conflicts (another writer won)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return any(name in text for name in _CONFLICTS)
+
+
+# --- executor-side functions (picklable closures over small data) -----------------------------------
+
+
+class _ConfiguredKeys:
+    """``(schema, table) -> key override`` from the job config (picklable, for executors)."""
+
+    def __init__(self, cfg: Any) -> None:
+        self._cfg = cfg
+
+    def __call__(self, schema: str, table: str) -> list[str] | None:
+        m = self._cfg.table_mapping_for(schema, table)
+        return m.key if m is not None else None
+
+
+def _evolve_all(cls: str) -> str:
+    return "ignore"
+
+
+def _rows_fn(case_sensitive: bool) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Decoded rows (payload, held) → (folded schema, folded table, held, payload) for grouping."""
+    schema = pa.schema([("schema", pa.string()), ("table", pa.string()), ("held", pa.bool_()),
+                        ("payload", pa.binary())])
+
+    def project(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            payloads = b.column("payload").to_pylist()
+            schemas, tables = [], []
+            for p in payloads:
+                rec = load_record(p)
+                schemas.append(rec.schema if case_sensitive else fold_name(rec.schema))
+                tables.append(rec.table if case_sensitive else fold_name(rec.table))
+            yield pa.RecordBatch.from_arrays([pa.array(schemas, pa.string()), pa.array(tables, pa.string()),
+                                              b.column("held"), b.column("payload")], schema=schema)
+
+    return project
+
+
+@dataclass(frozen=True)
+class _TableJob:
+    """What the per-table function needs (pickled to the executors once per batch)."""
+
+    rules: TableRules
+    keys: _ConfiguredKeys
+    catalog_json: dict
+    tz: str
+    policy: Callable[[str], str]
+    case_sensitive: bool
+
+
+_OUT_ARROW = pa.schema([("schema", pa.string()), ("table", pa.string()), ("kind", pa.string()),
+                        ("seg", pa.int32()), ("commit_ts", pa.int64()), ("payload", pa.binary())])
+
+
+def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
+    """The per-table rules (``groupBy(schema, table).applyInArrow``)."""
+
+    def apply(tbl: pa.Table) -> pa.Table:
+        from ..delta.applier import TableCatalog
+
+        cols: dict[str, list[Any]] = {name: [] for name in _OUT_ARROW.names}
+        if tbl.num_rows == 0:
+            return pa.Table.from_pydict(cols, schema=_OUT_ARROW)
+        schema, table = tbl.column("schema")[0].as_py(), tbl.column("table")[0].as_py()
+
+        def emit(kind: str, seg: int, ts: int | None, payload: bytes) -> None:
+            for name, value in (("schema", schema), ("table", table), ("kind", kind), ("seg", seg),
+                                ("commit_ts", ts), ("payload", payload)):
+                cols[name].append(value)
+
+        new: list[ChangeRecord] = []
+        held: list[ChangeRecord] = []
+        for is_held, payload in zip(tbl.column("held").to_pylist(), tbl.column("payload").to_pylist()):
+            (held if is_held else new).append(load_record(payload))  # type: ignore[arg-type]
+        screen = ValueScreen(TableCatalog(job.catalog_json), job.tz, ddl_policy=job.policy,
+                             case_sensitive=job.case_sensitive)
+        try:
+            out = job.rules.apply_table(new, held, KeyResolver(lookup=job.keys), screen)
+        except MissingKeyError as exc:
+            emit("error", -1, None, pickle.dumps(str(exc)))
+            return pa.Table.from_pydict(cols, schema=_OUT_ARROW)
+        for seg, tc in out.segments:
+            col_types: dict[str, tuple[int, int]] = {}
+            n_del, last = 0, None
+            for fc in tc.changes.values():
+                for name, type_code, flags, _ in fc.image:
+                    col_types.setdefault(name, (type_code, flags))
+                if fc.kind == DELETE:
+                    n_del += 1
+                if fc.commit_ts is not None:
+                    last = fc.commit_ts if last is None else max(last, fc.commit_ts)
+                emit("change", seg, fc.commit_ts, pickle.dumps((fc.kind, fc.image, fc.commit_ts, fc.op)))
+            meta = {"keys": tc.key_columns, "col_types": list(col_types.items()), "rows": len(tc.changes),
+                    "deleted": n_del, "last_ts": last}
+            emit("meta", seg, last, pickle.dumps(meta))
+        for rec in out.held:
+            emit("held", -1, rec.commit_ts, dump_record(rec))
+        for rej in out.rejected:
+            emit("rejected_ts", -1, rej.ts, pickle.dumps(rej))
+        for rejection in screen.rejections:
+            emit("rejection", -1, None, pickle.dumps(rejection))
+        emit("summary", -1, None, pickle.dumps({"replays": out.replays, "held": len(out.held),
+                                                "released": out.released}))
+        return pa.Table.from_pydict(cols, schema=_OUT_ARROW)
+
+    return apply
+
+
+def _typed_fn(fields: list[tuple[str, str, int, int, Any]], meta: tuple[str, str] | None, upserts: bool,
+              tz: str, arrow_schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Final changes (pickled) → the target table's typed columns plus ``_op`` (the ``delta-rs`` applier's
+    conversion: :func:`~ticdc_delta.delta.arrow_types.converter_for` per column)."""
+
+    def convert(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        converters = [(name, converter_for(t, f, params, tz), arrow_type_for(t, f, params))
+                      for _, name, t, f, params in fields]
+        for b in batches:
+            changes = [pickle.loads(p) for p in b.column("payload").to_pylist()]
+            images = [{c[0]: c[3] for c in ch[1]} for ch in changes]
+            arrays: list[pa.Array] = []
+            for name, conv, typ in converters:
+                arrays.append(pa.array([None if (v := img.get(name)) is None else conv(v) for img in images], type=typ))
+            if meta and upserts:
+                arrays.append(pa.array([ch[2] for ch in changes], type=pa.int64()))
+                arrays.append(pa.array([ch[3] for ch in changes], type=pa.string()))
+            arrays.append(pa.array([OP_DELETE if ch[0] == DELETE else OP_UPSERT for ch in changes], type=pa.string()))
+            yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+    return convert
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+# --- the engine (driver) ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Progress:
+    """What the progress line needs from a batch (the fields of a plan it reads)."""
+
+    topic_watermarks: dict[str, int | None]
+    held: int
+    replays_dropped: int
+    rejected: list[Any]
+
+
+class SparkEngine:
+    """Applies micro-batches for a :class:`~ticdc_delta.spark.batch_handler.BatchHandler` on Spark."""
+
+    def __init__(self, handler: Any) -> None:
+        self.h = handler
+        self.cfg = handler.cfg
+        self.staging = staging_path(self.cfg.checkpoint)
+        self._sessions = threading.local()
+
+    # --- helpers ---------------------------------------------------------------------------------------
+
+    def _retry(self, what: str, attempt: Callable[[], Any]) -> Any:
+        """``attempt()``, again after a Delta conflict, up to ``sink.conflict_retries`` times.
+
+        Raises:
+            ConcurrentCommitError: other writers kept winning (exit 75: retry the job).
+        """
+        tries = self.cfg.sink.conflict_retries
+        for n in range(tries + 1):
+            try:
+                return attempt()
+            except Exception as exc:  # noqa: BLE001 - only conflicts are retried, the rest re-raised
+                if not is_conflict(exc):
+                    raise
+                if n == tries:
+                    raise ConcurrentCommitError(
+                        f"{what}: another writer's commit kept conflicting ({tries + 1} attempts): "
+                        f"{str(exc).splitlines()[0][:300]}"
+                    ) from None
+                log.warning("%s: conflict with another writer, attempt %d of %d: %s", what, n + 1, tries + 1,
+                            str(exc).splitlines()[0][:200])
+                time.sleep(min(0.2 * 2 ** n, 5.0))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _append(self, df: Any, path: str, txn: Txn, *, merge_schema: bool = False) -> None:
+        writer = (df.write.format("delta").mode("append").option("txnAppId", txn.app_id)
+                  .option("txnVersion", str(txn.version)))
+        if merge_schema:
+            writer = writer.option("mergeSchema", "true")
+        self._retry(f"append to {path}", lambda: writer.save(path))
+
+    # --- the batch -------------------------------------------------------------------------------------
+
+    def run(self, batch_df: Any, batch_id: int, *, guard: Any, query_id: Any, started: float) -> None:
+        """Apply micro-batch ``batch_id`` (see the module docstring).
+
+        Raises:
+            DecodeError / UnwritableValueError / ImplausibleTimestampError: bad input under
+                ``dead_letter.fail_on_error``; TerminalError: a row without its key columns;
+            ConcurrentCommitError: Delta conflicts beyond ``sink.conflict_retries``;
+            DDLPolicyError, SinkError: from the DDL replay.
+        """
+        from pyspark.sql import functions as F
+        from pyspark import StorageLevel
+
+        h, cfg = self.h, self.cfg
+        spark = batch_df.sparkSession
+        spec = h._decoder_spec()
+        decoded = batch_df.mapInArrow(make_decode_fn(spec), DECODED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+        out = None
+        try:
+            # 1. small things to the driver
+            offsets: dict[tuple[str, int], list[int]] = {}
+            counts = {"row": 0, "ddl": 0, "resolved": 0, "error": 0, "empty": 0}
+            for r in decoded.groupBy("topic", "partition", "kind").agg(
+                F.min("offset").alias("lo"), F.max("offset").alias("hi"), F.count("*").alias("n")
+            ).collect():
+                counts[r["kind"]] = counts.get(r["kind"], 0) + r["n"]
+                span = offsets.setdefault((r["topic"], r["partition"]), [r["lo"], r["hi"]])
+                span[0], span[1] = min(span[0], r["lo"]), max(span[1], r["hi"])
+            ddl: list[DDLRecord] = []
+            resolved: list[ResolvedMark] = []
+            if counts["ddl"] or counts["resolved"]:
+                for r in decoded.filter(F.col("kind").isin("ddl", "resolved")).select(
+                    "topic", "partition", "offset", "idx", "kind", "commit_ts", "payload"
+                ).collect():
+                    if r["kind"] == "ddl":
+                        ddl.append(load_record(r["payload"]))  # type: ignore[arg-type]
+                    else:
+                        resolved.append(ResolvedMark(r["topic"], r["partition"], r["offset"], r["idx"], r["commit_ts"]))
+            timings = {"read_decode": time.monotonic() - started}
+            h._fault("after_decode", batch_id)
+
+            # 2. undecodable messages: from the executors to the dead-letter table
+            if counts["error"]:
+                self._dead_letter_errors(decoded, counts["error"], batch_id)
+            h._fault("after_dead_letter", batch_id)
+
+            # 3. the driver's part of the rules
+            state = h._state
+            assert state is not None and h._catalog is not None  # noqa: S101 - loaded by the handler
+            held_rows = [r for r in state.held if isinstance(r, ChangeRecord)]  # a state left by delta-rs
+            ddl_state = ConsumerState(state.watermarks, [r for r in state.held if isinstance(r, DDLRecord)],
+                                      state.applied_ddl)
+            h._avro_type_params(spec, h._catalog)
+            partitions = {t: h._partitions_of(t) for t in cfg.topics} if h.mode == WATERMARK else None
+            plan, rules = plan_coordination(ddl_state, ddl, resolved, mode=h.mode, partitions=partitions,
+                                            guard=guard, case_sensitive=cfg.case_sensitive)
+
+            # 4. the per-table part, on the executors
+            t_plan = time.monotonic()
+            rows = decoded.filter(F.col("kind") == "row").select("payload", F.lit(False).alias("held"))
+            staged_batch = h._meta.get("staging_batch")
+            if staged_batch is not None:
+                rows = rows.unionByName(
+                    spark.read.format("delta").load(self.staging)
+                    .filter(F.col("held_at") == int(staged_batch)).select("payload", F.lit(True).alias("held"))
+                )
+            if held_rows:
+                rows = rows.unionByName(spark.createDataFrame(
+                    [(dump_record(r), True) for r in held_rows], "payload binary, held boolean"))
+            policy = h._ddl_handler.policy if h._ddl_handler is not None else _evolve_all
+            job = _TableJob(rules, _ConfiguredKeys(cfg), h._catalog.to_json(), cfg.sink.source_timezone, policy,
+                            cfg.case_sensitive)
+            out = (rows.mapInArrow(_rows_fn(cfg.case_sensitive), _ROWS_SCHEMA)
+                   .groupBy("schema", "table").applyInArrow(_table_fn(job), _OUT_SCHEMA)
+                   .persist(StorageLevel.MEMORY_AND_DISK))
+            small = out.filter(F.col("kind").isin(*_SMALL_KINDS)).collect()
+            metas: dict[int, list[tuple[str, str, dict]]] = {}
+            rejected = list(plan.rejected)
+            rejections = []
+            replays, held = plan.replays_dropped, len(plan.state.held)
+            for r in small:
+                value = pickle.loads(r["payload"])
+                if r["kind"] == "error":
+                    raise TerminalError(f"batch {batch_id}: {value}")
+                if r["kind"] == "meta":
+                    metas.setdefault(r["seg"], []).append((r["schema"], r["table"], value))
+                elif r["kind"] == "summary":
+                    replays += value["replays"]
+                    held += value["held"]
+                elif r["kind"] == "rejected_ts":
+                    rejected.append(value)
+                else:
+                    rejections.append(value)
+            rejected.sort(key=lambda x: (x.topic, x.partition, x.offset, x.idx))
+            rejections.sort(key=lambda x: (x.record.commit_ts or 0, x.topic, x.partition, x.offset, x.idx)
+                            if x.record is not None else (0, x.topic, x.partition, x.offset, x.idx))
+            timings["plan"] = time.monotonic() - t_plan
+            if rejected:
+                h._dead_letter_implausible(batch_df, rejected, batch_id)
+            if rejections:
+                h._dead_letter_rejections(rejections, batch_id)
+
+            # 5. MERGE per table per segment, DDL between segments
+            t_apply = time.monotonic()
+            result, applier = self._apply(spark, out, metas, rules.ddl_steps, batch_id)
+            timings["apply"] = time.monotonic() - t_apply
+
+            # 6. held rows to the staging table, then the state
+            t_state = time.monotonic()
+            rows_held = held - len(plan.state.held)
+            if rows_held:
+                self._append(out.filter(F.col("kind") == "held").select(
+                    F.lit(batch_id).cast("long").alias("held_at"), "schema", "table", "commit_ts", "payload"),
+                    self.staging, Txn(h._app_id + "/staging", batch_id))
+            meta = self._next_meta(plan, applier, result, offsets, query_id,
+                                   dead=counts["error"] + len(rejections), values=len(rejections),
+                                   replays=replays, implausible=len(rejected))
+            meta["staging_batch"] = batch_id if rows_held else None
+            meta["rows_held"] = rows_held
+            h._fault("before_state", batch_id)
+            h.store.save(
+                batch_id,
+                PipelineState(batch_id, plan.state.watermarks, [dump_record(r) for r in plan.state.held], meta),
+                app_id=h._app_id,
+            )
+            h._state = ConsumerState(plan.state.watermarks, list(plan.state.held), plan.state.applied_ddl)
+            h._meta, h._loaded_batch = meta, batch_id
+            h.batches += 1
+            timings["state"] = time.monotonic() - t_state
+            h._fault("after_state", batch_id)
+            if staged_batch is not None and batch_id % 16 == 0:
+                self._clean_staging(spark, batch_id)
+            progress = _Progress(dict(plan.topic_watermarks), held, replays, rejected)
+            h._progress(batch_id, offsets, counts, progress, result, counts["error"] + len(rejections),
+                        time.monotonic() - started, timings, values=len(rejections))
+        finally:
+            decoded.unpersist()
+            if out is not None:
+                out.unpersist()
+
+    def _next_meta(self, plan: Any, applier: DeltaApplier, result: ApplyResult, offsets: dict, query_id: Any, *,
+                   dead: int, values: int, replays: int, implausible: int) -> dict[str, Any]:
+        """The state's ``meta`` after this batch: the same fields the ``delta-rs`` engine keeps."""
+        meta = dict(self.h._meta)
+        meta["applied_ddl"] = [list(d) for d in plan.state.applied_ddl]
+        meta["catalog"] = applier.catalog.to_json()
+        tables = dict(meta.get("tables", {}))
+        for name, n in result.rows.items():
+            entry = dict(tables.get(name, {}))
+            entry["rows_applied"] = entry.get("rows_applied", 0) + n
+            if name in result.commit_ts:
+                entry["commit_ts"] = max(entry.get("commit_ts", 0), result.commit_ts[name])
+            tables[name] = entry
+        meta["tables"] = tables
+        totals = dict(meta.get("totals", {}))
+        for key, n in (("replays_dropped", replays), ("dead_letters", dead), ("dead_letter_values", values),
+                       ("rows_applied", sum(result.rows.values())), ("implausible_ts", implausible)):
+            totals[key] = totals.get(key, 0) + n
+        meta["totals"] = totals
+        meta["topic_watermarks"] = dict(plan.topic_watermarks)
+        meta["checkpoint"] = {"query_id": query_id}
+        meta.pop("reset", None)
+        meta.pop("starting_offsets", None)
+        next_offsets = {t: dict(v) for t, v in meta.get("next_offsets", {}).items()}
+        for (t, p), (_, last) in offsets.items():
+            seen = next_offsets.setdefault(t, {})
+            seen[str(p)] = max(int(seen.get(str(p), 0)), last + 1)
+        meta["next_offsets"] = next_offsets
+        return meta
+
+    def _dead_letter_errors(self, decoded: Any, n: int, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        h = self.h
+        errors = decoded.filter(F.col("kind") == "error")
+        if self.cfg.dead_letter.fail_on_error:
+            first = errors.select("error").first()["error"]
+            raise DecodeError(
+                self.cfg.source.protocol,
+                f"{n} undecodable message(s) in batch {batch_id} and dead_letter.fail_on_error is set; first: {first}",
+            )
+        from .batch_handler import DEAD_LETTER_SCHEMA
+
+        base = ["topic", "partition", "offset", "key", "value", "error"]
+        cols = [F.col(c) for c in base] + [F.lit(batch_id).cast("long").alias("batch_id"),
+                                           F.current_timestamp().alias("recorded_at")]
+        for f in list(DEAD_LETTER_SCHEMA)[len(cols):]:
+            cols.append(F.lit(None).cast("binary" if pa.types.is_binary(f.type) else "string").alias(f.name))
+        self._append(errors.select(*cols), self.cfg.dead_letter_path,
+                     Txn(h._app_id + "/dead-letter", batch_id), merge_schema=True)
+        log.warning("batch %d: %d undecodable message(s) sent to %s", batch_id, n, self.cfg.dead_letter_path)
+
+    def _clean_staging(self, spark: Any, batch_id: int) -> None:
+        """Delete staging rows older than the last committed batch's (never read again)."""
+        from delta.tables import DeltaTable
+
+        try:
+            self._retry("clean staging", lambda: DeltaTable.forPath(spark, self.staging).delete(f"held_at < {batch_id}"))
+        except Exception as exc:  # noqa: BLE001 - housekeeping: the next clean-up tries again
+            log.warning("could not clean the staging table %s: %s", self.staging, str(exc).splitlines()[0][:200])
+
+    # --- applying ---------------------------------------------------------------------------------------
+
+    def _apply(self, spark: Any, out: Any, metas: dict[int, list[tuple[str, str, dict]]],
+               ddl_steps: tuple[DDLRecord, ...], batch_id: int) -> tuple[ApplyResult, DeltaApplier]:
+        h = self.h
+        applier = DeltaApplier(
+            h.sink, h._app_id, catalog=h._catalog, table_options=h._table_options,
+            metadata_columns=((self.cfg.sink.metadata_columns.commit_ts, self.cfg.sink.metadata_columns.op)
+                              if self.cfg.sink.metadata_columns else None),
+            source_timezone=self.cfg.sink.source_timezone, ddl_handler=h._ddl_handler,
+            case_sensitive=self.cfg.case_sensitive,
+        )
+        applier._steps = {}
+        result = ApplyResult()
+        view = None
+        merged = [False]
+        if metas:
+            view = f"ticdc_out_{uuid.uuid4().hex}"
+            out.createOrReplaceGlobalTempView(view)
+        try:
+            for seg in range(len(ddl_steps) + 1):
+                tasks = []
+                for schema, table, meta in sorted(metas.get(seg, []), key=lambda m: (m[0], m[1])):
+                    task = self._prepare(applier, schema, table, meta, seg, batch_id)
+                    if task is not None:
+                        tasks.append(task)
+                        name = f"{schema}.{table}"
+                        result.rows[name] = result.rows.get(name, 0) + meta["rows"]
+                        result.deleted[name] = result.deleted.get(name, 0) + meta["deleted"]
+                        if meta["last_ts"] is not None:
+                            result.commit_ts[name] = max(result.commit_ts.get(name, 0), meta["last_ts"])
+                if tasks:
+                    self._merge_all(spark, view, tasks, merged, batch_id)
+                if seg < len(ddl_steps):
+                    step = ddl_steps[seg]
+                    changed = h._ddl_handler(step, applier, batch_id) if h._ddl_handler else False
+                    if changed:
+                        result.ddl_applied += 1
+                    else:
+                        result.ddl_ignored += 1
+        finally:
+            if view is not None:
+                spark.catalog.dropGlobalTempView(view)
+        return result, applier
+
+    def _prepare(self, applier: DeltaApplier, schema: str, table: str, meta: dict, seg: int,
+                 batch_id: int) -> dict | None:
+        """The target table's schema work on the driver (as the ``delta-rs`` applier does it: create,
+        add the columns the images carry, widen drifted types) and the MERGE to run, or ``None``."""
+        opts = applier.options(schema, table)
+        if not opts.enabled:
+            return None
+        ident = TableIdent(schema, table)
+        col_types: dict[str, tuple[int, int]] = dict(meta["col_types"])
+        upserts = meta["rows"] > meta["deleted"]
+        existing = applier.sink.table_schema(ident)
+        mc = applier.metadata_columns
+        if existing is None:
+            if not upserts:
+                return None  # deletes for a table we never had: nothing to delete
+            fields = [applier._field(ident, n, t, f) for n, (t, f) in col_types.items()]
+            if mc:
+                fields += [pa.field(mc[0], pa.int64()), pa.field(mc[1], pa.string())]
+            applier.sink.ensure_table(ident, pa.schema(fields), list(opts.partition_by), applier.schema_txn(batch_id))
+            existing = applier.sink.table_schema(ident)
+        assert existing is not None  # noqa: S101 - ensure_table just created it
+        have = {f.name.lower(): f.name for f in existing}
+        missing = [applier._field(ident, n, t, f) for n, (t, f) in col_types.items() if n.lower() not in have]
+        if missing:
+            applier.sink.add_columns(ident, missing, applier.schema_txn(batch_id))
+            log.info("added columns %s to %s.%s from row images", [f.name for f in missing], schema, table)
+            have.update({f.name.lower(): f.name for f in missing})
+        applier._widen_drifted(ident, existing, col_types, batch_id)
+        keys = list(meta["keys"])
+        names = list(col_types) if upserts else keys
+        fields = []
+        for name in names:
+            t, f = col_types[name]
+            fields.append((name, have.get(name.lower(), name), t, f, applier.catalog.params(schema, table, name)))
+        arrow_fields = [pa.field(target, arrow_type_for(t, f, params)) for _, target, t, f, params in fields]
+        if mc and upserts:
+            arrow_fields += [pa.field(mc[0], pa.int64()), pa.field(mc[1], pa.string())]
+        arrow_fields.append(pa.field(OP_COLUMN, pa.string()))
+        return {
+            "ident": ident, "seg": seg, "path": applier.sink.table_path(schema, table),
+            "fields": [(src, src, t, f, p) for src, _, t, f, p in fields], "arrow": pa.schema(arrow_fields),
+            "keys": [have.get(k.lower(), k) for k in keys], "upserts": upserts, "meta": mc,
+            "txn": applier.next_txn(ident, batch_id),
+        }
+
+    def _merge_all(self, spark: Any, view: str | None, tasks: list[dict], merged: list[bool], batch_id: int) -> None:
+        threads = min(self.cfg.sink.merge_threads, len(tasks))
+        if threads <= 1:
+            for task in tasks:
+                self._merge(spark, view, task)
+                self._after_merge(merged, batch_id)
+            return
+
+        def run(task: dict) -> None:
+            session = getattr(self._sessions, "session", None)
+            if session is None:
+                session = self._sessions.session = spark.newSession()
+            self._merge(session, view, task)
+
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ticdc-merge") as pool:
+            futures = [pool.submit(run, t) for t in tasks]
+            errors = []
+            for fut in futures:
+                try:
+                    fut.result()
+                except BaseException as exc:  # noqa: BLE001 - re-raised below, first one wins
+                    errors.append(exc)
+            if errors:
+                raise errors[0]
+        self._after_merge(merged, batch_id)
+
+    def _after_merge(self, merged: list[bool], batch_id: int) -> None:
+        if not merged[0]:
+            merged[0] = True
+            self.h._fault("after_merge", batch_id)
+
+    def _merge(self, session: Any, view: str | None, task: dict) -> None:
+        """One ``DeltaTable.merge`` of a table's final changes of one segment, with its app transaction in
+        the session's ``txnAppId``/``txnVersion`` confs (Delta skips it when already committed)."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        ident = task["ident"]
+        arrow: pa.Schema = task["arrow"]
+        source = (session.table(f"global_temp.{view}")
+                  .filter((F.col("kind") == "change") & (F.col("schema") == ident.schema)
+                          & (F.col("table") == ident.table) & (F.col("seg") == task["seg"]))
+                  .select("payload")
+                  .mapInArrow(_typed_fn(task["fields"], task["meta"], task["upserts"], self.cfg.sink.source_timezone,
+                                        arrow),
+                              from_arrow_schema(arrow, prefer_timestamp_ntz=True)))
+        columns = [f.name for f in arrow if f.name != OP_COLUMN]
+        cond = " AND ".join(f"t.{_quote(k)} <=> s.{_quote(k)}" for k in task["keys"])
+        op = f"s.{_quote(OP_COLUMN)}"
+        assign = {_quote(c): f"s.{_quote(c)}" for c in columns}
+        txn: Txn = task["txn"]
+
+        def attempt() -> None:
+            session.conf.set(TXN_APP_ID_CONF, txn.app_id)
+            session.conf.set(TXN_VERSION_CONF, str(txn.version))
+            try:
+                (DeltaTable.forPath(session, task["path"]).alias("t").merge(source.alias("s"), cond)
+                 .whenMatchedDelete(f"{op} = '{OP_DELETE}'")
+                 .whenMatchedUpdate(f"{op} = '{OP_UPSERT}'", assign)
+                 .whenNotMatchedInsert(f"{op} = '{OP_UPSERT}'", assign)
+                 .execute())
+            finally:
+                session.conf.unset(TXN_APP_ID_CONF)
+                session.conf.unset(TXN_VERSION_CONF)
+
+        self._retry(f"merge into {ident.schema}.{ident.table}", attempt)
