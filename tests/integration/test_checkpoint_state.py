@@ -207,10 +207,14 @@ def test_two_jobs_on_one_checkpoint_is_one_clear_terminal_error(
     try:
         import time
 
-        deadline = time.monotonic() + 120
-        while not any(q.name == name for q in spark.streams.active) and time.monotonic() < deadline:
+        def running() -> Any:
+            return next((q for q in spark.streams.active if q.name == name), None)
+
+        deadline = time.monotonic() + 180
+        # the first job is up and has committed its batch (stopping it mid-batch would be another test)
+        while (running() is None or running().lastProgress is None) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert any(q.name == name for q in spark.streams.active), first_error
+        assert running() is not None and running().lastProgress is not None, first_error
         with pytest.raises(ConcurrentJobError, match=f"another job of this changefeed is running on checkpoint {tmp_path / 'ckpt'}") as info:
             run_job(cfg, once=True, spark=spark)
         assert "\n" not in str(info.value) and exit_code_for(info.value) == 1
