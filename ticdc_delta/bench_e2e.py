@@ -150,6 +150,9 @@ def _baseline_handler(cfg: Any) -> Any:
         error: BaseException | None = None
         batches = 0
 
+        def starting_offsets(self, configured: Any) -> Any:
+            return configured  # no reset state in the baseline
+
         def __call__(self, batch_df: Any, batch_id: int) -> None:
             try:
                 handle(batch_df, batch_id)

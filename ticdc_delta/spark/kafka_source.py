@@ -273,7 +273,8 @@ def commit_consumer_group_offsets(
     conf = librdkafka_settings(client_conf or {})
     opts = _client_options(bootstrap_servers, conf)
     try:
-        admin = AdminClient({**conf, "bootstrap.servers": bootstrap_servers})
+        # log_level 4: no "purging unserved events" notice when the client is dropped after its answer
+        admin = AdminClient({**conf, "bootstrap.servers": bootstrap_servers, "log_level": 4})
     except KafkaException as exc:
         raise ConfigError(
             f"invalid Kafka client settings for {bootstrap_servers}: {_scrub(str(exc.args[0]), conf)}"
