@@ -22,6 +22,8 @@ META = {
     "checkpoint": {"query_id": "q-old"},
     "next_offsets": {"cdc": {"0": 12, "1": 7}},
     "tables": {"s.t": {"rows_applied": 3}},
+    "snapshots": {"s.t": {"tso": 3, "status": "done"}},
+    "staging_batch": 4,
 }
 
 
@@ -69,7 +71,8 @@ def test_reset_from_earliest_clears_position_keeps_catalog_and_deletes_spark_che
     assert state.meta["catalog"] == META["catalog"] and state.meta["applied_ddl"] == META["applied_ddl"]
     first_epoch = state.meta["epoch"]
     assert state.meta["resets"] == 1 and state.meta["starting_offsets"] == "earliest"
-    assert "checkpoint" not in state.meta and "next_offsets" not in state.meta
+    assert state.meta["snapshots"] == META["snapshots"]  # the tables still hold the snapshots
+    assert "checkpoint" not in state.meta and "next_offsets" not in state.meta and "staging_batch" not in state.meta
     assert state.meta["reset"]["previous_batch"] == 4 and state.meta["reset"]["previous_query_id"] == "q-old"
     # again: a second epoch, still consistent
     assert main(["reset", "--config", str(yaml_path), "--offset", "cdc:0=5", "--offset", "cdc:1=-2", "--yes"]) == 0
@@ -89,7 +92,7 @@ def test_reset_from_state_keeps_position_and_starts_after_the_last_batch(
     apply_reset(cfg, plan)
     state = _state(tmp_path)
     assert state.watermarks == {("cdc", 0): 100, ("cdc", 1): 90} and state.held == [b"held-row"]
-    assert state.meta["next_offsets"] == META["next_offsets"]
+    assert state.meta["next_offsets"] == META["next_offsets"] and state.meta["staging_batch"] == 4
 
 
 def test_reset_refuses_when_the_state_moved_meanwhile(job: tuple[Path, Path], tmp_path: Path) -> None:
