@@ -57,6 +57,9 @@ def collect_status(cfg: JobConfig, *, now: float | None = None) -> dict[str, Any
         "rows_held": len(state.held),
         "totals": state.meta.get("totals", {}),
         "tables": tables,
+        # per table loaded by the `snapshot` command: TSO, status (loading/done), export, rows
+        "snapshots": {f"{e.get('schema')}.{e.get('table')}": {k: e.get(k) for k in ("tso", "status", "source", "rows")}
+                      for e in state.meta.get("snapshots", {}).values()},
     }
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 
 from ticdc_delta.cli import main
 from ticdc_delta.config import config_from_mapping
@@ -27,6 +28,7 @@ from ticdc_delta.simulator.scenario import Scenario
 from ticdc_delta.snapshot.dumpling import CsvDialect
 from ticdc_delta.snapshot.load import load_dumpling_snapshot
 from ticdc_delta.spark.batch_handler import BatchHandler
+from ticdc_delta.status import collect_status
 from ticdc_delta.verify import compare_with_oracle
 
 pytestmark = pytest.mark.integration
@@ -190,6 +192,10 @@ def test_a_crashed_load_reruns_to_the_same_tables_and_the_stream_waits_for_it(
     assert all(d.ok for d in diffs), [d.describe() for d in diffs]
     versions = _versions(tmp_path / "lake")
 
+    snapshots = collect_status(cfg)["snapshots"]
+    assert {n: (e["status"], e["rows"]) for n, e in snapshots.items()} == {
+        "shop.orders": ("done", 28), "shop.tmp": ("done", 1), "shop.w": ("done", 2)}
+
     again = load_dumpling_snapshot(cfg, str(export), spark=spark)  # idempotent: nothing written
     assert all(t.skipped for t in again.tables) and _versions(tmp_path / "lake") == versions
     assert all(d.ok for d in compare_with_oracle(handler.sink, at_snapshot))
@@ -206,7 +212,10 @@ def test_bad_files_are_typed_errors_naming_the_file_and_leave_no_half_loaded_tab
     second.write_bytes(second.read_bytes()[:-9])  # truncated in the middle of its last row
     with pytest.raises(SnapshotFormatError, match=r"shop\.orders\.000000001\.csv: line \d+: .*truncated"):
         load_dumpling_snapshot(cfg, str(export), spark=spark)
-    assert not (tmp_path / "lake" / "shop" / "orders" / "_delta_log").exists()  # nothing of it committed
+    # nothing of it committed: no Delta version exists (delta-spark may have made an empty _delta_log)
+    assert not list((tmp_path / "lake" / "shop" / "orders").glob("_delta_log/*.json"))
+    with pytest.raises(TableNotFoundError):
+        DeltaTable(str(tmp_path / "lake" / "shop" / "orders"))
 
     config = tmp_path / "job.yaml"
     config.write_text(json.dumps({

@@ -33,6 +33,7 @@ import logging
 import os
 import re
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -245,6 +246,10 @@ def load_dumpling_snapshot(
     saved = store.load()
     state = saved or PipelineState(RESET_BATCH_ID)
     meta = dict(state.meta)
+    if saved is None:
+        # the first state of this changefeed: like `reset`, a fresh epoch for the stream's Delta app id, so
+        # transactions an earlier life of the changefeed left in the tables cannot make batch 0 look done
+        meta["epoch"] = uuid.uuid4().hex[:12]
     snapshots: dict[str, Any] = dict(meta.get("snapshots", {}))
     applied = meta.get("tables", {})
 
@@ -274,7 +279,14 @@ def load_dumpling_snapshot(
                 f"table {name}: a newer snapshot (TSO {previous['tso']}, {previous.get('source')}) is already "
                 f"recorded, this one is at TSO {tso}; use --force to load the older one"
             )
-        plan.append((t, schema, table, cfg.table_path(t.schema, t.table)))
+        path = cfg.table_path(t.schema, t.table)
+        loaded = _delta_txn_version(path, app_id, storage)
+        if not force and loaded is not None and loaded > tso:
+            raise SnapshotConflictError(
+                f"table {name}: its Delta table {path} holds a newer snapshot (TSO {loaded}) than this one "
+                f"(TSO {tso}, {location}); use --force to load the older one"
+            )
+        plan.append((t, schema, table, path))
 
     # 2. intent: TSOs (status loading) and type parameters, before any table is written
     catalog = TableCatalog(meta.get("catalog"), fold_names=not cfg.case_sensitive)
