@@ -5,8 +5,8 @@ machine without that folder the session asks Spark's own resolver for the same c
 (``spark.jars.packages``, :data:`ticdc_delta.jars.SPARK_PACKAGES`). Delta's SQL extension and catalog are
 set either way.
 
-Python workers (executors, the data-source planner and the streaming-source runner) are separate
-processes started by the JVM. They must import ``ticdc_delta`` and run the same interpreter as the
+Python workers (the executors' decode and foreachBatch helpers) are separate processes started by the
+JVM. They must import ``ticdc_delta`` and run the same interpreter as the
 driver (pyarrow, confluent-kafka), so the session puts the directory holding the ``ticdc_delta`` package
 on ``PYTHONPATH`` for every Python process Spark starts, and points ``PYSPARK_PYTHON`` at
 ``sys.executable`` unless the user chose another interpreter. That lets tests and the demo run from a repo
@@ -116,8 +116,7 @@ def get_or_create_spark(
     if active is None:
         python_path = _python_path()
         # The JVM (started below) passes its environment on to the Python workers it starts, so setting
-        # these in our own environment before it starts reaches the planner and the streaming-source
-        # runner (driver side) as well as local executors.
+        # these in our own environment before it starts reaches every Python worker of a local session.
         os.environ["PYTHONPATH"] = python_path
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
