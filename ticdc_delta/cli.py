@@ -150,13 +150,24 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
                              header=not args.no_header, binary_format=args.binary_format)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if args.kind == "dumpling" and (not args.source or args.dsn):
+        raise argparse.ArgumentTypeError("--from dumpling takes the export's PATH (and no --dsn)")
+    if args.kind == "tidb" and (args.source or not args.dsn):
+        raise argparse.ArgumentTypeError("--from tidb takes --dsn jdbc:mysql://... and --table db.t|db.* (no PATH)")
     cfg = load_config(args.config)
     _setup_logging(cfg.log_level)
-    from .snapshot.load import load_dumpling_snapshot
+    from .snapshot.load import load_dumpling_snapshot, load_snapshot
     from .spark.job import spark_for
 
-    summary = load_dumpling_snapshot(cfg, args.source, spark=spark_for(cfg), force=args.force,
-                                     dialect=dialect, timestamp_zone=args.timestamp_zone)
+    spark = spark_for(cfg)
+    if args.kind == "tidb":
+        from .snapshot.jdbc import JdbcSource
+
+        source = JdbcSource(spark, args.dsn, args.table or [], tso=args.tso, partitions=args.partitions)
+        summary = load_snapshot(cfg, source, spark=spark, force=args.force)
+    else:
+        summary = load_dumpling_snapshot(cfg, args.source, spark=spark, force=args.force,
+                                         dialect=dialect, timestamp_zone=args.timestamp_zone)
     print(f"ticdc-delta: changefeed {cfg.changefeed}: {summary.describe()}", file=sys.stderr)
     return EXIT_OK
 
@@ -207,8 +218,15 @@ def _build_parser() -> argparse.ArgumentParser:
 
     sn = sub.add_parser("snapshot", help="load a consistent TiDB snapshot (a Dumpling export) into the Delta tables")
     sn.add_argument("--config", required=True, help="the job's YAML file")
-    sn.add_argument("--from", dest="kind", required=True, choices=["dumpling"], help="what the snapshot is")
-    sn.add_argument("source", metavar="PATH", help="the export directory (local path or object-store URI)")
+    sn.add_argument("--from", dest="kind", required=True, choices=["dumpling", "tidb"],
+                    help="a Dumpling export (PATH), or TiDB itself read at a TSO over JDBC (--dsn)")
+    sn.add_argument("source", metavar="PATH", nargs="?", help="the export directory (local path or object-store URI)")
+    sn.add_argument("--dsn", help="--from tidb: jdbc:mysql://host:4000/?user=...&password=...")
+    sn.add_argument("--table", action="append", metavar="DB.TABLE",
+                    help="--from tidb: a table to read, or DB.* for every table of DB (repeatable)")
+    sn.add_argument("--tso", type=int, help="--from tidb: the snapshot TSO (default: TiDB's current TSO)")
+    sn.add_argument("--partitions", type=int, default=4,
+                    help="--from tidb: parallel key ranges per table (tables with a one-column integer key)")
     sn.add_argument("--force", action="store_true",
                     help="load even into tables the stream already advanced past, or over a newer snapshot")
     sn.add_argument("--csv-separator", default=",", help="Dumpling's --csv-separator (default ,)")

@@ -30,6 +30,7 @@ SPARK_PACKAGES: tuple[str, ...] = (
     "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.1",
     "io.delta:delta-spark_2.13:4.0.0",
     "io.delta:delta-storage:4.0.0",
+    "com.mysql:mysql-connector-j:9.1.0",
 )
 
 #: What an ``s3://`` / ``s3a://`` checkpoint needs on top: the Hadoop S3A filesystem of pyspark's Hadoop.

@@ -52,6 +52,8 @@ __all__ = [
     "TableLoad",
     "SnapshotSummary",
     "load_dumpling_snapshot",
+    "load_snapshot",
+    "DumplingSource",
     "spark_ddl_schema",
     "snapshot_key",
 ]
@@ -210,6 +212,22 @@ def _check_columns(cfg: JobConfig, t: TableExport, what: str, names: Sequence[st
         )
 
 
+class DumplingSource:
+    """A Dumpling export as a snapshot source: its files are parsed on the executors."""
+
+    def __init__(self, location: str, dialect: CsvDialect = CsvDialect(), timestamp_zone: str = "UTC") -> None:
+        export = read_export(location)
+        self.location, self.tso, self.tables = location, export.tso, export.tables
+        self.dialect, self.timestamp_zone = dialect, timestamp_zone
+
+    def rows_frame(self, spark: Any, t: TableExport, columns: Sequence[SnapshotColumn],
+                   extra: Sequence[tuple[pa.Field, Any]], spark_schema: str) -> Any:
+        files = [(f.path, f.size, f.format, f.compression) for f in t.files]
+        rdd = spark.sparkContext.parallelize(files, max(1, len(files)))
+        files_df = spark.createDataFrame(rdd, _FILES_SCHEMA)
+        return files_df.mapInArrow(make_load_fn(columns, self.dialect, self.timestamp_zone, extra), spark_schema)
+
+
 def load_dumpling_snapshot(
     cfg: JobConfig,
     location: str,
@@ -219,15 +237,25 @@ def load_dumpling_snapshot(
     dialect: CsvDialect = CsvDialect(),
     timestamp_zone: str = "UTC",
 ) -> SnapshotSummary:
-    """Load the Dumpling export at ``location`` into the job's Delta tables (see the module docstring).
+    """Load the Dumpling export at ``location`` (see :func:`load_snapshot`).
+
+    Raises:
+        as :func:`load_snapshot`; SnapshotFormatError also for a missing ``metadata`` or a schema file that
+        does not parse, before anything is written.
+    """
+    return load_snapshot(cfg, DumplingSource(location, dialect, timestamp_zone), spark=spark, force=force)
+
+
+def load_snapshot(cfg: JobConfig, source: Any, *, spark: Any, force: bool = False) -> SnapshotSummary:
+    """Load a snapshot into the job's Delta tables (see the module docstring).
 
     Args:
         cfg: the job configuration (table mapping, sink, checkpoint).
-        location: the export directory (local path or object-store URI).
+        source: where the rows come from: ``location``, ``tso``, ``tables`` (each with ``schema``, ``table``,
+            ``create``, ``schema_file``, ``columns``, ``bytes``, ``files``) and ``rows_frame(spark, table,
+            columns, extra, spark_schema)`` (:class:`DumplingSource`, :class:`~.jdbc.JdbcSource`).
         spark: the SparkSession (Delta Lake on it).
         force: load even into a table the stream advanced past, or over a newer snapshot.
-        dialect: the CSV options Dumpling ran with.
-        timestamp_zone: the zone of TIMESTAMP text in the export (UTC unless ``--skip-tz-utc``).
 
     Raises:
         SnapshotFormatError: a missing, truncated or malformed file (named); nothing of its table is
@@ -236,8 +264,7 @@ def load_dumpling_snapshot(
         ConfigError: a key override or ``partition_by`` column the table does not have.
     """
     started = time.monotonic()
-    export = read_export(location)
-    tso = export.tso
+    location, tso = source.location, source.tso
     summary = SnapshotSummary(location, tso)
     storage = cfg.sink.storage_options or None
     app_id = cfg.changefeed + SNAPSHOT_APP_SUFFIX
@@ -255,7 +282,7 @@ def load_dumpling_snapshot(
 
     # 1. which tables, and may they be loaded
     plan: list[tuple[TableExport, str, str, str]] = []
-    for t in export.tables:
+    for t in source.tables:
         schema, table = cfg.fold_name(t.schema), cfg.fold_name(t.table)
         mapping = cfg.table_mapping_for(t.schema, t.table)
         if mapping is not None and not mapping.enabled:
@@ -314,11 +341,7 @@ def load_dumpling_snapshot(
         else:
             columns = t.columns
             arrow_schema = pa.schema([c.field() for c in columns] + [f for f, _ in extra])
-            files = [(f.path, f.size, f.format, f.compression) for f in t.files]
-            rdd = spark.sparkContext.parallelize(files, max(1, len(files)))
-            files_df = spark.createDataFrame(rdd, _FILES_SCHEMA)
-            rows_df = files_df.mapInArrow(make_load_fn(columns, dialect, timestamp_zone, extra),
-                                          spark_ddl_schema(arrow_schema))
+            rows_df = source.rows_frame(spark, t, columns, extra, spark_ddl_schema(arrow_schema))
             writer = rows_df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
             if have is None or have < tso:
                 writer = writer.option("txnAppId", app_id).option("txnVersion", tso)
