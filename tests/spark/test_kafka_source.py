@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ticdc_delta.errors import BrokerUnavailableError, ConfigError
+from ticdc_delta.errors import BrokerUnavailableError, ClaimCheckUnavailableError, ConfigError
 from ticdc_delta.local_broker import LocalBroker, free_port
 from ticdc_delta.spark.kafka_source import (
     REDACTED,
@@ -162,6 +162,17 @@ def test_unwrap_source_error_from_query_exception_text() -> None:
     assert isinstance(error, BrokerUnavailableError) and error.retryable
     assert str(error) == "Kafka at 127.0.0.1:9 is unavailable while fetching"
     assert unwrap_source_error(RuntimeError("something else")) is None
+
+
+def test_unwrap_claim_check_outage_from_an_executor_is_retryable() -> None:
+    # the claim-check fetch runs in the decode step on the executors; its outage reaches the driver as text
+    text = (
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        "ticdc_delta.errors.ClaimCheckUnavailableError: claim-check storage file:///cc failed 4 times\n"
+    )
+    error = unwrap_source_error(RuntimeError(text))
+    assert isinstance(error, ClaimCheckUnavailableError) and error.retryable
+    assert str(error) == "claim-check storage file:///cc failed 4 times"
 
 
 def test_unwrap_source_error_types_jvm_failures_in_one_line() -> None:

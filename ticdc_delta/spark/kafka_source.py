@@ -33,7 +33,13 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, 
 from confluent_kafka.admin import AdminClient
 
 from ticdc_delta.config import librdkafka_settings
-from ticdc_delta.errors import BrokerUnavailableError, ConfigError, KafkaDataLossError, TicdcDeltaError
+from ticdc_delta.errors import (
+    BrokerUnavailableError,
+    ClaimCheckUnavailableError,
+    ConfigError,
+    KafkaDataLossError,
+    TicdcDeltaError,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -483,6 +489,8 @@ def read_kafka_stream(
 
 _ERROR_TYPES: dict[str, type[TicdcDeltaError]] = {
     "BrokerUnavailableError": BrokerUnavailableError,
+    # raised on the executors by the claim-check fetch: the storage is down, not the message bad
+    "ClaimCheckUnavailableError": ClaimCheckUnavailableError,
     "KafkaDataLossError": KafkaDataLossError,
     "ConfigError": ConfigError,
 }
