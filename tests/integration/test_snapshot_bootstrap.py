@@ -166,7 +166,7 @@ def _versions(lake: Path) -> dict[str, int]:
 
 
 def test_a_crashed_load_reruns_to_the_same_tables_and_the_stream_waits_for_it(
-        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     cfg = _config(tmp_path, "open-protocol", {})
     sc = Scenario("open-protocol", {}, partitions=2, topic="cdc")
     _before_snapshot(sc)
@@ -185,7 +185,14 @@ def test_a_crashed_load_reruns_to_the_same_tables_and_the_stream_waits_for_it(
         _handler(cfg)(_frame(spark, sc.take(), {}), 0)
 
     monkeypatch.delenv("TICDC_DELTA_FAULT")
-    summary = load_dumpling_snapshot(cfg, str(export), spark=spark)
+    with caplog.at_level("INFO", logger="ticdc_delta.progress"):
+        summary = load_dumpling_snapshot(cfg, str(export), spark=spark)
+    progress = [json.loads(r.getMessage()) for r in caplog.records if r.name == "ticdc_delta.progress"]
+    assert [(p["table"], p["tables_done"], p["tables"]) for p in progress] == [
+        ("shop.orders", 1, 3), ("shop.tmp", 2, 3), ("shop.w", 3, 3)]
+    assert progress[-1]["total_rows"] == 31 and progress[-1]["total_bytes"] == summary.bytes > 0
+    assert progress[-1]["rows_per_s"] > 0 and progress[0]["skipped"] == "already loaded from this snapshot"
+    assert "2 table(s) loaded, 31 rows" in summary.describe() and "shop.orders: skipped" in summary.describe()
     assert [t.skipped for t in summary.tables if t.table == "orders"] == ["already loaded from this snapshot"]
     handler = _handler(cfg)
     diffs = compare_with_oracle(handler.sink, at_snapshot)
