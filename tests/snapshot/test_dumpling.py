@@ -103,3 +103,15 @@ def test_bad_files_are_typed_errors_naming_the_file(tmp_path: Path) -> None:
     (tmp_path / "bad" / "s.w-schema.sql").write_text("CREATE TABLE `w` (`id` INT NOT NULL,")
     with pytest.raises(SnapshotFormatError, match=r"bad/s.w-schema.sql: expected one CREATE TABLE"):
         read_export(str(tmp_path / "bad"))
+
+
+def test_metadata_columns_are_constant_per_snapshot_row(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    write_dumpling_export(_scenario(), tmp_path, filetype="sql")
+    t = next(t for t in read_export(str(tmp_path)).tables if t.table == "w")
+    extra = [(pa.field("_tidb_commit_ts", pa.int64()), 77), (pa.field("_tidb_op", pa.string()), "insert")]
+    batches = [b for f in t.files for b in data_file_batches(f, t.columns, dialect=CsvDialect(), tz="UTC", extra=extra)]
+    rows = [r for b in batches for r in b.to_pylist()]
+    assert len(rows) == 3 and {(r["_tidb_commit_ts"], r["_tidb_op"]) for r in rows} == {(77, "insert")}
+    assert batches[0].schema.names[-2:] == ["_tidb_commit_ts", "_tidb_op"]
