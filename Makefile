@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 JARS   := .jars
 JARS_STAMP := $(JARS)/.fetched-stamp
 
-.PHONY: install demo test test-fast bench bench-decode bench-e2e soak lint clean
+.PHONY: install mariadb demo test test-fast bench bench-decode bench-e2e soak lint clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,16 @@ $(JARS_STAMP): jvm/spark/pom.xml jvm/broker/pom.xml jvm/settings.xml
 		-DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JARS)/broker
 	@touch $(JARS_STAMP)
 
+# MariaDB (a MySQL-protocol server, Debian's package) for the `snapshot --from tidb` JDBC tests, which start
+# their own server. Installed when missing and this is a root shell on Debian; elsewhere those tests skip
+# (under CI=true they fail instead).
+mariadb:
+	@command -v mariadbd >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing mariadb-server (Debian package) for the JDBC snapshot tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server >/dev/null; \
+	  else echo "note: mariadb-server is not installed; the JDBC snapshot tests will skip"; fi; }
+
 install: $(STAMP) $(JARS_STAMP)
 
 ## the main job on the embedded default: local broker + simulated TiCDC stream + job --once + oracle check
@@ -32,7 +42,7 @@ demo: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python -m ticdc_delta demo
 
 ## the whole test suite (unit + integration with a real broker, Spark and Delta tables)
-test: $(STAMP) $(JARS_STAMP)
+test: $(STAMP) $(JARS_STAMP) mariadb
 	$(BIN)/python -m pytest -q
 
 ## unit tests only (no broker, no Spark)
