@@ -34,6 +34,7 @@ def collect_status(cfg: JobConfig, *, now: float | None = None) -> dict[str, Any
     for payload in state.held:
         rec = load_record(payload)
         held[f"{rec.schema}.{rec.table}"] += 1
+    held.update(state.meta.get("held_by_table") or {})  # sink.engine: spark keeps held rows in its staging table
     tables: dict[str, Any] = {}
     for name, entry in sorted(state.meta.get("tables", {}).items()):
         ts = entry.get("commit_ts")
@@ -54,7 +55,7 @@ def collect_status(cfg: JobConfig, *, now: float | None = None) -> dict[str, Any
         "watermark": low,
         "watermark_lag_s": _lag_s(low, now),
         "watermarks": wms,
-        "rows_held": len(state.held),
+        "rows_held": sum(held.values()),
         "totals": state.meta.get("totals", {}),
         "tables": tables,
         # per table loaded by the `snapshot` command: TSO, status (loading/done), export, rows

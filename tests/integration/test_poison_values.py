@@ -94,7 +94,8 @@ def progress() -> Iterator[_Progress]:
     log.setLevel(old)
 
 
-def _setup(broker: Any, tmp: Path, topic: str, extension: bool = False, **dead_letter: Any) -> Any:
+def _setup(broker: Any, tmp: Path, topic: str, extension: bool = False, engine: str = "delta-rs",
+           **dead_letter: Any) -> Any:
     from ticdc_delta.local_broker import wait_for_high_watermarks
 
     messages = _messages(extension)
@@ -102,7 +103,7 @@ def _setup(broker: Any, tmp: Path, topic: str, extension: bool = False, **dead_l
     broker.produce_many(topic, [(0, None, m) for m in messages])
     wait_for_high_watermarks(broker.bootstrap_servers, {(topic, 0): len(messages)})
     return config_from_mapping({
-        "changefeed": "poison", "checkpoint": str(tmp / "ckpt"), "sink": {"path": str(tmp / "lake")},
+        "changefeed": "poison", "checkpoint": str(tmp / "ckpt"), "sink": {"path": str(tmp / "lake"), "engine": engine},
         "source": {"bootstrap_servers": broker.bootstrap_servers, "topic": topic, "protocol": "canal-json",
                    "options": {"enable-tidb-extension": str(extension).lower()}},
         "dead_letter": dead_letter,
@@ -113,15 +114,16 @@ def _rows(path: str) -> dict[int, dict[str, Any]]:
     return {r["id"]: r for r in DeltaTable(path).to_pyarrow_table().to_pylist()}
 
 
+@pytest.mark.parametrize("engine", ["delta-rs", "spark"])
 @pytest.mark.parametrize("extension", [False, True], ids=["offset-order", "watermark"])
 def test_bad_values_go_to_the_dead_letter_table_once_and_the_rest_applies(
-    extension: bool, broker: Any, spark: Any, tmp_path: Path, unique_name: Any, monkeypatch: pytest.MonkeyPatch,
+    extension: bool, engine: str, broker: Any, spark: Any, tmp_path: Path, unique_name: Any, monkeypatch: pytest.MonkeyPatch,
     progress: _Progress,
 ) -> None:
     from ticdc_delta.spark.batch_handler import FAULT_ENV, InjectedFault
     from ticdc_delta.spark.job import run_job
 
-    cfg = _setup(broker, tmp_path, unique_name("poison"), extension)
+    cfg = _setup(broker, tmp_path, unique_name("poison"), extension, engine)
     # a dead-letter table written before the table/column/value columns existed
     old_schema = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                             ("key", pa.binary()), ("value", pa.binary()), ("error", pa.string()),

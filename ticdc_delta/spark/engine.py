@@ -98,6 +98,32 @@ class _ConfiguredKeys:
         return m.key if m is not None else None
 
 
+class _DeltaColumnTypes:
+    """``(schema, table, column) -> Arrow type`` of the existing Delta tables, read on the executor that
+    screens the table (each table's log read once; picklable: built from the job config). The ``delta-rs``
+    engine's ``BatchHandler._delta_column_types`` on the executors."""
+
+    def __init__(self, cfg: Any) -> None:
+        self._cfg = cfg
+        self._tables: dict[tuple[str, str], dict[str, Any] | None] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_cfg": self._cfg, "_tables": {}}
+
+    def __call__(self, schema: str, table: str, column: str) -> Any:
+        from ..errors import TicdcDeltaError
+        from .batch_handler import _ConfiguredSink
+
+        if (schema, table) not in self._tables:
+            try:
+                found = _ConfiguredSink(self._cfg).table_schema(TableIdent(schema, table))
+            except TicdcDeltaError:  # no location for the name, unreadable: the apply will say so
+                found = None
+            self._tables[(schema, table)] = None if found is None else {f.name.lower(): f.type for f in found}
+        cols = self._tables[(schema, table)]
+        return None if cols is None else cols.get(column.lower())
+
+
 def _evolve_all(cls: str) -> str:
     return "ignore"
 
@@ -131,6 +157,7 @@ class _TableJob:
     tz: str
     policy: Callable[[str], str]
     case_sensitive: bool
+    delta_types: Any = None  # _DeltaColumnTypes for a batch without DDL (ValueScreen's delta_type)
 
 
 _OUT_ARROW = pa.schema([("schema", pa.string()), ("table", pa.string()), ("kind", pa.string()),
@@ -158,7 +185,7 @@ def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
         for is_held, payload in zip(tbl.column("held").to_pylist(), tbl.column("payload").to_pylist()):
             (held if is_held else new).append(load_record(payload))  # type: ignore[arg-type]
         screen = ValueScreen(TableCatalog(job.catalog_json), job.tz, ddl_policy=job.policy,
-                             case_sensitive=job.case_sensitive)
+                             case_sensitive=job.case_sensitive, delta_type=job.delta_types)
         try:
             out = job.rules.apply_table(new, held, KeyResolver(lookup=job.keys), screen)
         except MissingKeyError as exc:
@@ -343,8 +370,9 @@ class SparkEngine:
                 rows = rows.unionByName(spark.createDataFrame(
                     [(dump_record(r), True) for r in held_rows], "payload binary, held boolean"))
             policy = h._ddl_handler.policy if h._ddl_handler is not None else _evolve_all
+            has_ddl = bool(ddl) or any(isinstance(r, DDLRecord) for r in state.held)
             job = _TableJob(rules, _ConfiguredKeys(cfg), h._catalog.to_json(), cfg.sink.source_timezone, policy,
-                            cfg.case_sensitive)
+                            cfg.case_sensitive, None if has_ddl else _DeltaColumnTypes(cfg))
             out = (rows.mapInArrow(_rows_fn(cfg.case_sensitive), _ROWS_SCHEMA)
                    .groupBy("schema", "table").applyInArrow(_table_fn(job), _OUT_SCHEMA)
                    .persist(StorageLevel.MEMORY_AND_DISK))
@@ -353,6 +381,7 @@ class SparkEngine:
             rejected = list(plan.rejected)
             rejections = []
             replays, held = plan.replays_dropped, len(plan.state.held)
+            held_by_table: dict[str, int] = {}
             for r in small:
                 value = pickle.loads(r["payload"])
                 if r["kind"] == "error":
@@ -362,6 +391,8 @@ class SparkEngine:
                 elif r["kind"] == "summary":
                     replays += value["replays"]
                     held += value["held"]
+                    if value["held"]:
+                        held_by_table[f"{r['schema']}.{r['table']}"] = value["held"]
                 elif r["kind"] == "rejected_ts":
                     rejected.append(value)
                 else:
@@ -392,6 +423,7 @@ class SparkEngine:
                                    replays=replays, implausible=len(rejected))
             meta["staging_batch"] = batch_id if rows_held else None
             meta["rows_held"] = rows_held
+            meta["held_by_table"] = held_by_table  # for `status` (the rows are in the staging table)
             h._fault("before_state", batch_id)
             h.store.save(
                 batch_id,
