@@ -143,3 +143,10 @@ def test_restart_on_the_same_log_directory(unique_name: Callable[[str], str]) ->
     finally:
         broker.stop()
         broker.cleanup_logs()
+
+
+def test_cluster_ids_never_look_like_an_option() -> None:
+    from ticdc_delta.local_broker import _cluster_id
+
+    ids = [_cluster_id() for _ in range(5000)]
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)

@@ -165,6 +165,16 @@ def _flush(producer: Producer, stall_timeout_s: float) -> int:
     return int(remaining)
 
 
+def _cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding. Like Kafka's own
+    ``Uuid.randomUuid()``, never one that starts with ``-``: the storage tool's argument parser would take
+    it for an option (``--cluster-id: expected one argument``, about 1 start in 64)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
 class LocalBroker:
     """A single-node Kafka broker in a child JVM, listening on a free 127.0.0.1 port, logging to disk.
 
@@ -276,8 +286,7 @@ class LocalBroker:
         jvm = [java, f"-Xmx{self._heap}", *(o.format(log4j=log4j) for o in _JVM_OPTS), "-cp", classpath]
         with open(log_path, "ab") as log:
             if not (data_dir / "meta.properties").exists():
-                # a KRaft cluster id is 16 random bytes in URL-safe base64 without padding
-                cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+                cid = _cluster_id()
                 formatted = subprocess.run(
                     [*jvm, "kafka.tools.StorageTool", "format", "-t", cid, "-c", str(props)],
                     stdin=subprocess.DEVNULL,
