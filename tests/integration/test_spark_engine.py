@@ -1,13 +1,14 @@
 """The ``spark`` engine (sink.engine: spark) on a real broker, real Spark and real Delta tables.
 
 Parity with the ``delta-rs`` engine (same streams → identical tables and schemas, both equal to the
-oracle), fault injection at every stage followed by a restart, and Delta's app transactions making a
+oracle), fault injection at three stages (all five under ``make soak``) followed by a restart, and Delta's app transactions making a
 re-run skip what was committed.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,10 @@ def test_both_engines_land_identical_tables(protocol: str, broker: Any, spark: A
         assert got_rows == rows, name
 
 
-STAGES = ["after_decode", "after_dead_letter", "after_merge", "before_state", "after_state"]
+ALL_STAGES = ["after_decode", "after_dead_letter", "after_merge", "before_state", "after_state"]
+# `make test` keeps its time budget with the stages around the commits that matter most (nothing
+# committed / a table committed / the state committed); `make soak` (TICDC_DELTA_SOAK=1) runs all five.
+STAGES = ALL_STAGES if os.environ.get("TICDC_DELTA_SOAK") == "1" else ["after_decode", "after_merge", "after_state"]
 
 
 @pytest.mark.parametrize("stage", STAGES)
