@@ -200,21 +200,17 @@ class DeltaApplier:
     def _field(self, ident: TableIdent, name: str, type_code: int, flags: int) -> pa.Field:
         return arrow_field_for(name, type_code, flags, self.catalog.params(ident.schema, ident.table, name))
 
-    def _apply_table(
-        self, ident: TableIdent, tc: TableChanges, opts: TableOptions, batch_id: int
-    ) -> tuple[int, int, int | None]:
-        changes = list(tc.changes.values())
-        upserts = [c for c in changes if c.kind != DELETE]
-        # Column types come from the images: the first image carrying a column names its type.
-        col_types: dict[str, tuple[int, int]] = {}
-        for c in changes:
-            for name, type_code, flags, _ in c.image:
-                col_types.setdefault(name, (type_code, flags))
+    def prepare_table(self, ident: TableIdent, col_types: Mapping[str, tuple[int, int]], upserts: bool,
+                      opts: TableOptions, batch_id: int) -> dict[str, str] | None:
+        """The target table's schema work before its rows are written, for either engine: create it from
+        the images' column types (plus the metadata columns), add the columns the images carry that it
+        lacks, widen drifted types. Returns its columns (lower-case name → name), or ``None`` when the
+        table does not exist and there are only deletes (nothing to do)."""
         existing = self.sink.table_schema(ident)
         meta = self.metadata_columns
         if existing is None:
             if not upserts:
-                return 0, 0, None  # deletes for a table we never had: nothing to delete
+                return None
             fields = [self._field(ident, n, t, f) for n, (t, f) in col_types.items()]
             if meta:
                 fields += [pa.field(meta[0], pa.int64()), pa.field(meta[1], pa.string())]
@@ -228,8 +224,23 @@ class DeltaApplier:
             self.sink.add_columns(ident, missing, self.schema_txn(batch_id))
             log.info("added columns %s to %s.%s from row images", [f.name for f in missing], *ident)
             have.update({f.name.lower(): f.name for f in missing})
-
         self._widen_drifted(ident, existing, col_types, batch_id)
+        return have
+
+    def _apply_table(
+        self, ident: TableIdent, tc: TableChanges, opts: TableOptions, batch_id: int
+    ) -> tuple[int, int, int | None]:
+        changes = list(tc.changes.values())
+        upserts = [c for c in changes if c.kind != DELETE]
+        # Column types come from the images: the first image carrying a column names its type.
+        col_types: dict[str, tuple[int, int]] = {}
+        for c in changes:
+            for name, type_code, flags, _ in c.image:
+                col_types.setdefault(name, (type_code, flags))
+        have = self.prepare_table(ident, col_types, bool(upserts), opts, batch_id)
+        if have is None:
+            return 0, 0, None  # deletes for a table we never had: nothing to delete
+        meta = self.metadata_columns
 
         keys = tc.key_columns
         names = list(col_types) if upserts else list(keys)
