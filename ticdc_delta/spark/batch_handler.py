@@ -45,7 +45,7 @@ from ..errors import (
 from .checkpoint import SparkCheckpoint, check_state_belongs
 from .decode import DECODED_SCHEMA, DecoderSpec, make_decode_fn
 
-__all__ = ["BatchHandler", "protocol_mode", "InjectedFault", "FAULT_ENV", "tso_physical_ms"]
+__all__ = ["BatchHandler", "next_state_meta", "protocol_mode", "InjectedFault", "FAULT_ENV", "tso_physical_ms"]
 
 log = logging.getLogger(__name__)
 progress_log = logging.getLogger("ticdc_delta.progress")
@@ -377,35 +377,14 @@ class BatchHandler:
         result = applier.apply(plan.steps, batch_id)
         timings["apply"] = time.monotonic() - t_apply
 
-        meta = dict(self._meta)
-        meta["applied_ddl"] = [list(d) for d in plan.state.applied_ddl]
-        meta["catalog"] = applier.catalog.to_json()
-        tables = dict(meta.get("tables", {}))
-        for name, n in result.rows.items():
-            entry = dict(tables.get(name, {}))
-            entry["rows_applied"] = entry.get("rows_applied", 0) + n
-            if name in result.commit_ts:
-                entry["commit_ts"] = max(entry.get("commit_ts", 0), result.commit_ts[name])
-            tables[name] = entry
-        meta["tables"] = tables
-        totals = dict(meta.get("totals", {}))
-        for key, n in (("replays_dropped", plan.replays_dropped),
-                       ("dead_letters", len(errors) + len(screen.rejections)),
-                       ("dead_letter_values", len(screen.rejections)),
-                       ("rows_applied", sum(result.rows.values())), ("implausible_ts", len(plan.rejected)),
-                       ("snapshot_dropped", plan.snapshot_dropped)):
-            totals[key] = totals.get(key, 0) + n
-        meta["totals"] = totals
-        meta["topic_watermarks"] = {t: w for t, w in plan.topic_watermarks.items()}
-        meta["checkpoint"] = {"query_id": query_id}
-        meta.pop("reset", None)
-        meta.pop("starting_offsets", None)
-        # where each partition goes on after this batch: what `reset --from state` restarts from
-        next_offsets = {t: dict(v) for t, v in meta.get("next_offsets", {}).items()}
-        for (t, p), (_, last) in offsets.items():
-            seen = next_offsets.setdefault(t, {})
-            seen[str(p)] = max(int(seen.get(str(p), 0)), last + 1)
-        meta["next_offsets"] = next_offsets
+        meta = next_state_meta(
+            self._meta, plan, applier, result, offsets, query_id,
+            totals={"replays_dropped": plan.replays_dropped,
+                    "dead_letters": len(errors) + len(screen.rejections),
+                    "dead_letter_values": len(screen.rejections),
+                    "implausible_ts": len(plan.rejected),
+                    "snapshot_dropped": plan.snapshot_dropped},
+        )
         self._fault("before_state", batch_id)
         t_state = time.monotonic()
         self.store.save(
@@ -577,6 +556,40 @@ def _record_json(record: ChangeRecord) -> str:
     return json.dumps({"kind": "row", "commit_ts": record.commit_ts, "schema": record.schema,
                        "table": record.table, "op": record.op, "columns": image(record.new),
                        "old": image(record.old)}, ensure_ascii=True)
+
+
+def next_state_meta(previous: Mapping[str, Any], plan: Any, applier: DeltaApplier, result: ApplyResult,
+                    offsets: Mapping[tuple[str, int], tuple[int, int] | list[int]], query_id: Any, *,
+                    totals: Mapping[str, int]) -> dict[str, Any]:
+    """The state's ``meta`` after a batch, for either engine: applied DDL ids, the type catalog, per-table
+    rows applied and commit ts, running totals (``totals`` are this batch's counts; ``rows_applied`` is
+    added from ``result``), topic watermarks, the Spark query it belongs to, and where each partition goes
+    on after this batch (what ``reset --from state`` restarts from)."""
+    meta = dict(previous)
+    meta["applied_ddl"] = [list(d) for d in plan.state.applied_ddl]
+    meta["catalog"] = applier.catalog.to_json()
+    tables = dict(meta.get("tables", {}))
+    for name, n in result.rows.items():
+        entry = dict(tables.get(name, {}))
+        entry["rows_applied"] = entry.get("rows_applied", 0) + n
+        if name in result.commit_ts:
+            entry["commit_ts"] = max(entry.get("commit_ts", 0), result.commit_ts[name])
+        tables[name] = entry
+    meta["tables"] = tables
+    running = dict(meta.get("totals", {}))
+    for key, n in (*totals.items(), ("rows_applied", sum(result.rows.values()))):
+        running[key] = running.get(key, 0) + n
+    meta["totals"] = running
+    meta["topic_watermarks"] = dict(plan.topic_watermarks)
+    meta["checkpoint"] = {"query_id": query_id}
+    meta.pop("reset", None)
+    meta.pop("starting_offsets", None)
+    next_offsets = {t: dict(v) for t, v in meta.get("next_offsets", {}).items()}
+    for (t, p), (_, last) in offsets.items():
+        seen = next_offsets.setdefault(t, {})
+        seen[str(p)] = max(int(seen.get(str(p), 0)), last + 1)
+    meta["next_offsets"] = next_offsets
+    return meta
 
 
 class _FaultySink:

@@ -418,9 +418,13 @@ class SparkEngine:
                 self._append(out.filter(F.col("kind") == "held").select(
                     F.lit(batch_id).cast("long").alias("held_at"), "schema", "table", "commit_ts", "payload"),
                     self.staging, Txn(h._app_id + "/staging", batch_id))
-            meta = self._next_meta(plan, applier, result, offsets, query_id,
-                                   dead=counts["error"] + len(rejections), values=len(rejections),
-                                   replays=replays, implausible=len(rejected))
+            from .batch_handler import next_state_meta  # the handler imports this module
+
+            meta = next_state_meta(
+                h._meta, plan, applier, result, offsets, query_id,
+                totals={"replays_dropped": replays, "dead_letters": counts["error"] + len(rejections),
+                        "dead_letter_values": len(rejections), "implausible_ts": len(rejected)},
+            )
             meta["staging_batch"] = batch_id if rows_held else None
             meta["rows_held"] = rows_held
             meta["held_by_table"] = held_by_table  # for `status` (the rows are in the staging table)
@@ -445,35 +449,6 @@ class SparkEngine:
             if out is not None:
                 out.unpersist()
 
-    def _next_meta(self, plan: Any, applier: DeltaApplier, result: ApplyResult, offsets: dict, query_id: Any, *,
-                   dead: int, values: int, replays: int, implausible: int) -> dict[str, Any]:
-        """The state's ``meta`` after this batch: the same fields the ``delta-rs`` engine keeps."""
-        meta = dict(self.h._meta)
-        meta["applied_ddl"] = [list(d) for d in plan.state.applied_ddl]
-        meta["catalog"] = applier.catalog.to_json()
-        tables = dict(meta.get("tables", {}))
-        for name, n in result.rows.items():
-            entry = dict(tables.get(name, {}))
-            entry["rows_applied"] = entry.get("rows_applied", 0) + n
-            if name in result.commit_ts:
-                entry["commit_ts"] = max(entry.get("commit_ts", 0), result.commit_ts[name])
-            tables[name] = entry
-        meta["tables"] = tables
-        totals = dict(meta.get("totals", {}))
-        for key, n in (("replays_dropped", replays), ("dead_letters", dead), ("dead_letter_values", values),
-                       ("rows_applied", sum(result.rows.values())), ("implausible_ts", implausible)):
-            totals[key] = totals.get(key, 0) + n
-        meta["totals"] = totals
-        meta["topic_watermarks"] = dict(plan.topic_watermarks)
-        meta["checkpoint"] = {"query_id": query_id}
-        meta.pop("reset", None)
-        meta.pop("starting_offsets", None)
-        next_offsets = {t: dict(v) for t, v in meta.get("next_offsets", {}).items()}
-        for (t, p), (_, last) in offsets.items():
-            seen = next_offsets.setdefault(t, {})
-            seen[str(p)] = max(int(seen.get(str(p), 0)), last + 1)
-        meta["next_offsets"] = next_offsets
-        return meta
 
     def _dead_letter_errors(self, decoded: Any, n: int, batch_id: int) -> None:
         from pyspark.sql import functions as F
@@ -561,24 +536,10 @@ class SparkEngine:
         ident = TableIdent(schema, table)
         col_types: dict[str, tuple[int, int]] = dict(meta["col_types"])
         upserts = meta["rows"] > meta["deleted"]
-        existing = applier.sink.table_schema(ident)
+        have = applier.prepare_table(ident, col_types, upserts, opts, batch_id)
+        if have is None:
+            return None  # deletes for a table we never had: nothing to delete
         mc = applier.metadata_columns
-        if existing is None:
-            if not upserts:
-                return None  # deletes for a table we never had: nothing to delete
-            fields = [applier._field(ident, n, t, f) for n, (t, f) in col_types.items()]
-            if mc:
-                fields += [pa.field(mc[0], pa.int64()), pa.field(mc[1], pa.string())]
-            applier.sink.ensure_table(ident, pa.schema(fields), list(opts.partition_by), applier.schema_txn(batch_id))
-            existing = applier.sink.table_schema(ident)
-        assert existing is not None  # noqa: S101 - ensure_table just created it
-        have = {f.name.lower(): f.name for f in existing}
-        missing = [applier._field(ident, n, t, f) for n, (t, f) in col_types.items() if n.lower() not in have]
-        if missing:
-            applier.sink.add_columns(ident, missing, applier.schema_txn(batch_id))
-            log.info("added columns %s to %s.%s from row images", [f.name for f in missing], schema, table)
-            have.update({f.name.lower(): f.name for f in missing})
-        applier._widen_drifted(ident, existing, col_types, batch_id)
         keys = list(meta["keys"])
         names = list(col_types) if upserts else keys
         fields = []
