@@ -8,11 +8,14 @@ input, bad configuration, a DDL refused by policy — retrying will not help), 2
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from .errors import TicdcDeltaError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["main", "EXIT_OK", "EXIT_TERMINAL", "EXIT_USAGE", "EXIT_RETRYABLE", "exit_code_for"]
 
@@ -259,6 +262,24 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_spark() -> None:
+    """Stop the SparkSession a failed command left running, before the error line is printed: otherwise the
+    JVM's listener bus may still post a progress event to the Python side as the process exits and log a
+    stack trace after the one line the error is (an outage mid-run showed exactly that)."""
+    if "pyspark.sql" not in sys.modules:
+        return
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is None:
+        return
+    try:
+        session.stop()
+    except Exception:  # noqa: BLE001 - the error being reported matters, not a failed stop
+        log.debug("stopping the Spark session failed", exc_info=True)
+    sys.stderr.flush()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     parser = _build_parser()
@@ -269,6 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except TicdcDeltaError as exc:
+        _stop_spark()
         print(f"error: {exc}", file=sys.stderr)
         return exit_code_for(exc)
     except (OSError, ValueError) as exc:
