@@ -8,4 +8,4 @@ import sys
 from ticdc_delta.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main(["run", *sys.argv[1:]]))
+    sys.exit(main(["run", *sys.argv[1:]], process_exit=True))

@@ -1,5 +1,5 @@
 """``python -m ticdc_delta``: see :mod:`ticdc_delta.cli`."""
 
-from .cli import main
+from .cli import entry
 
-raise SystemExit(main())
+raise SystemExit(entry())

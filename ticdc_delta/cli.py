@@ -17,7 +17,7 @@ from .errors import TicdcDeltaError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["main", "EXIT_OK", "EXIT_TERMINAL", "EXIT_USAGE", "EXIT_RETRYABLE", "exit_code_for"]
+__all__ = ["main", "entry", "EXIT_OK", "EXIT_TERMINAL", "EXIT_USAGE", "EXIT_RETRYABLE", "exit_code_for"]
 
 EXIT_OK = 0
 EXIT_TERMINAL = 1
@@ -280,8 +280,10 @@ def _stop_spark() -> None:
     sys.stderr.flush()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code."""
+def main(argv: Sequence[str] | None = None, *, process_exit: bool = False) -> int:
+    """Run the CLI; returns the process exit code. ``process_exit``: the process ends right after this
+    call (``python -m ticdc_delta``, the console script, spark-submit), so a failed command may stop the
+    Spark session it leaves behind; callers in a longer-lived process keep their session."""
     parser = _build_parser()
     args = parser.parse_args(argv)
     try:
@@ -290,9 +292,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except TicdcDeltaError as exc:
-        _stop_spark()
+        if process_exit:
+            _stop_spark()
         print(f"error: {exc}", file=sys.stderr)
         return exit_code_for(exc)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_TERMINAL
+
+
+def entry() -> int:
+    """The console script and ``python -m ticdc_delta``: :func:`main` for a process that exits after it."""
+    return main(process_exit=True)
