@@ -61,7 +61,7 @@ def test_without_yes_nothing_changes(job: tuple[Path, Path], tmp_path: Path, cap
 
 
 def test_reset_from_earliest_clears_position_keeps_catalog_and_deletes_spark_checkpoint(
-    job: tuple[Path, Path], tmp_path: Path
+    job: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     yaml_path, spark_dir = job
     assert main(["reset", "--config", str(yaml_path), "--from", "earliest", "--yes"]) == EXIT_OK
@@ -74,6 +74,9 @@ def test_reset_from_earliest_clears_position_keeps_catalog_and_deletes_spark_che
     assert state.meta["snapshots"] == META["snapshots"]  # the tables still hold the snapshots
     assert "checkpoint" not in state.meta and "next_offsets" not in state.meta and "staging_batch" not in state.meta
     assert state.meta["reset"]["previous_batch"] == 4 and state.meta["reset"]["previous_query_id"] == "q-old"
+    assert main(["status", "--config", str(yaml_path)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "last batch none since reset/snapshot" in out and "-1" not in out
     # again: a second epoch, still consistent
     assert main(["reset", "--config", str(yaml_path), "--offset", "cdc:0=5", "--offset", "cdc:1=-2", "--yes"]) == 0
     state = _state(tmp_path)

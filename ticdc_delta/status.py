@@ -12,7 +12,7 @@ from typing import Any
 
 from .config import JobConfig
 from .core.records import load_record
-from .delta.state_store import StateStore
+from .delta.state_store import RESET_BATCH_ID, StateStore
 from .locations import child_location
 
 __all__ = ["collect_status", "render_status"]
@@ -71,8 +71,10 @@ def render_status(cfg: JobConfig, *, as_json: bool = False, now: float | None = 
         return json.dumps(st, indent=2, sort_keys=True) + "\n"
     if st["batch_id"] is None:
         return f"changefeed {cfg.changefeed}: no micro-batch committed yet\n"
+    # a state written by `reset` or `snapshot`: no micro-batch has run since; the next one is batch 0
+    last = "none since reset/snapshot" if st["batch_id"] == RESET_BATCH_ID else st["batch_id"]
     lines = [
-        f"changefeed {st['changefeed']}: last batch {st['batch_id']}, watermark {st['watermark']} "
+        f"changefeed {st['changefeed']}: last batch {last}, watermark {st['watermark']} "
         f"(lag {st['watermark_lag_s']} s), rows held {st['rows_held']}",
     ]
     width = max([len("table")] + [len(n) for n in st["tables"]])
