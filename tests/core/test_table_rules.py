@@ -9,6 +9,7 @@ import pytest
 from ticdc_delta.core.batch_planner import OFFSET_ORDER, WATERMARK, ConsumerState, ResolvedMark, RowsStep, plan_batch
 from ticdc_delta.core.merge import KeyResolver
 from ticdc_delta.core.records import ChangeRecord, DDLRecord
+from ticdc_delta.core.snapshot_seam import SnapshotSeam
 from ticdc_delta.core.table_rules import group_rows, plan_coordination
 from ticdc_delta.core.ts_guard import TsGuard
 
@@ -86,17 +87,21 @@ def _by_segment(steps):
 def test_driver_part_plus_per_table_part_equals_plan_batch(seed: int, mode: str) -> None:
     records, marks = _stream(seed)
     guard = TsGuard(10**12 - 1, 0) if seed % 2 else None
+    # seeds 0, 3: table s.a (a and A, folded) was loaded by a snapshot at a TSO in the middle of the stream
+    seam = SnapshotSeam({("s", "a"): records[len(records) // 2].commit_ts}) if seed % 3 == 0 else None
     parts = {"cdc": [0, 1, 2]}
     whole = ConsumerState()
     split_state, split_held = ConsumerState(), []
-    seen = {"segments": 0, "held": 0, "replays": 0, "ddl": 0}
+    seen = {"segments": 0, "held": 0, "replays": 0, "ddl": 0, "snapshot": 0}
     for rows_and_ddl, resolved in _batches(records, marks, 5):
         expected = plan_batch(whole, rows_and_ddl, resolved, mode=mode, keys=KeyResolver(), partitions=parts,
-                              guard=guard)
+                              guard=guard, seam=seam)
         ddl = [r for r in rows_and_ddl if isinstance(r, DDLRecord)]
         rows = [r for r in rows_and_ddl if isinstance(r, ChangeRecord)]
-        plan, rules = plan_coordination(split_state, ddl, resolved, mode=mode, partitions=parts, guard=guard)
+        plan, rules = plan_coordination(split_state, ddl, resolved, mode=mode, partitions=parts, guard=guard,
+                                        seam=seam)
         got, held, replays, rejected = {}, [], plan.replays_dropped, list(plan.rejected)
+        dropped = plan.snapshot_dropped
         new_by_table = group_rows(rows, False)
         held_by_table = group_rows(split_held, False)
         for ident in sorted(set(new_by_table) | set(held_by_table)):
@@ -106,6 +111,7 @@ def test_driver_part_plus_per_table_part_equals_plan_batch(seed: int, mode: str)
             held += out.held
             replays += out.replays
             rejected += out.rejected
+            dropped += out.snapshot_dropped
         assert got == _by_segment(expected.steps)
         assert [s for s in expected.steps if isinstance(s, DDLRecord)] == list(rules.ddl_steps)
         assert sorted(held) == sorted(r for r in expected.state.held if isinstance(r, ChangeRecord))
@@ -114,11 +120,14 @@ def test_driver_part_plus_per_table_part_equals_plan_batch(seed: int, mode: str)
         assert plan.state.applied_ddl == expected.state.applied_ddl
         assert replays == expected.replays_dropped
         assert sorted(rejected) == sorted(expected.rejected)
+        assert dropped == expected.snapshot_dropped
         whole = expected.state
         split_state, split_held = plan.state, held
-        for name, n in (("segments", len(got)), ("held", len(held)), ("replays", replays), ("ddl", len(rules.ddl_steps))):
+        for name, n in (("segments", len(got)), ("held", len(held)), ("replays", replays), ("ddl", len(rules.ddl_steps)),
+                        ("snapshot", dropped)):
             seen[name] += n
     # the streams exercise every rule (no vacuous pass)
     assert seen["segments"] > 5 and seen["ddl"] > 0
+    assert (seen["snapshot"] > 0) == (seam is not None)
     if mode == WATERMARK:
         assert seen["held"] > 0 and seen["replays"] > 0

@@ -39,11 +39,11 @@ ALL_TYPES = ("CREATE TABLE `shop`.`w` (`id` BIGINT NOT NULL, `u` BIGINT UNSIGNED
              "`c` CHAR(3), `tx` TEXT, PRIMARY KEY (`id`))")
 
 
-def _config(tmp_path: Path, protocol: str, options: dict[str, str]) -> Any:
+def _config(tmp_path: Path, protocol: str, options: dict[str, str], engine: str = "delta-rs") -> Any:
     return config_from_mapping({
         "changefeed": "boot",
         "source": {"bootstrap_servers": "127.0.0.1:9", "topic": "cdc", "protocol": protocol, "options": options},
-        "sink": {"path": str(tmp_path / "lake")},
+        "sink": {"path": str(tmp_path / "lake"), "engine": engine},
         "tables": [{"source": "shop.skipped", "enabled": False}],
         "checkpoint": str(tmp_path / "ckpt"),
     })
@@ -102,15 +102,16 @@ def _handler(cfg: Any) -> BatchHandler:
     return BatchHandler(cfg, partitions_of=lambda topic: [0, 1], ddl_handler=DDLReplayer(cfg.ddl))
 
 
-@pytest.mark.parametrize("protocol,options,filetype,dialect,compress", [
-    ("canal-json", {"enable-tidb-extension": "true"}, "sql", CsvDialect(), False),
-    ("open-protocol", {}, "csv", CsvDialect(), False),
-    ("craft", {}, "csv", CsvDialect(binary_format="base64"), True),
+@pytest.mark.parametrize("protocol,options,filetype,dialect,compress,engine", [
+    ("canal-json", {"enable-tidb-extension": "true"}, "sql", CsvDialect(), False, "delta-rs"),
+    ("open-protocol", {}, "csv", CsvDialect(), False, "delta-rs"),
+    ("craft", {}, "csv", CsvDialect(binary_format="base64"), True, "delta-rs"),
+    ("open-protocol", {}, "csv", CsvDialect(), False, "spark"),
 ])
 def test_snapshot_then_stream_equals_the_upstream(spark: Any, tmp_path: Path, protocol: str, options: dict,
-                                                  filetype: str, dialect: CsvDialect, compress: bool,
+                                                  filetype: str, dialect: CsvDialect, compress: bool, engine: str,
                                                   caplog: pytest.LogCaptureFixture) -> None:
-    cfg = _config(tmp_path, protocol, options)
+    cfg = _config(tmp_path, protocol, options, engine)
     sc = Scenario(protocol, options, partitions=2, topic="cdc")
     _before_snapshot(sc)
     sc.take()  # before the changefeed's start: never sent

@@ -32,6 +32,7 @@ from .batch_planner import (
 from .merge import KeyResolver, TableChanges, collapse
 from .pending_buffer import apply_order
 from .records import ChangeRecord, DDLRecord, Record
+from .snapshot_seam import SnapshotSeam
 from .ts_guard import TsGuard
 
 __all__ = ["TableRules", "TableOutcome", "plan_coordination"]
@@ -46,6 +47,7 @@ class TableOutcome:
     held: list[ChangeRecord] = field(default_factory=list)
     replays: int = 0
     released: int = 0
+    snapshot_dropped: int = 0
     rejected: list[RejectedTs] = field(default_factory=list)
 
 
@@ -65,6 +67,7 @@ class TableRules:
     ddl_steps: tuple[DDLRecord, ...]
     guard: TsGuard | None = None
     case_sensitive: bool = False
+    seam: SnapshotSeam | None = None
 
     def partition_watermark(self, topic: str, partition: int, offset: int, idx: int) -> int | None:
         """The partition's watermark just before ``(offset, idx)``: the largest of the starting watermark
@@ -102,7 +105,12 @@ class TableRules:
         """
         out = TableOutcome()
         fold = (lambda r: r) if self.case_sensitive else _fold
-        candidates: list[ChangeRecord] = [fold(r) for r in held]
+        candidates: list[ChangeRecord] = []
+        for rec in (fold(r) for r in held):
+            if self.seam and self.seam.covers(rec):
+                out.snapshot_dropped += 1
+            else:
+                candidates.append(rec)
         for rec in sorted((fold(r) for r in new), key=_order):
             if self.guard is not None:
                 reason = self.guard.check(rec.commit_ts, f"{rec.kind} commit ts")
@@ -110,6 +118,9 @@ class TableRules:
                     out.rejected.append(RejectedTs(rec.topic, rec.partition, rec.offset, rec.idx, rec.kind,
                                                    rec.commit_ts, reason))  # type: ignore[arg-type]
                     continue
+            if self.seam and self.seam.covers(rec):  # the table's snapshot holds it (core/snapshot_seam)
+                out.snapshot_dropped += 1
+                continue
             if self.mode == WATERMARK:
                 wm = self.partition_watermark(rec.topic, rec.partition, rec.offset, rec.idx)
                 if wm is not None and rec.commit_ts is not None and rec.commit_ts < wm:
@@ -162,11 +173,13 @@ def plan_coordination(
     partitions: Mapping[str, Iterable[int]] | None = None,
     guard: TsGuard | None = None,
     case_sensitive: bool = False,
+    seam: SnapshotSeam | None = None,
 ) -> tuple[BatchPlan, TableRules]:
     """The driver's part: :func:`~.batch_planner.plan_batch` over the resolved marks and DDL only
     (``state.held`` must hold only DDL: held rows live with the rows), and the :class:`TableRules` for the
     executors. The plan's steps are the DDL steps; its state is the state after the batch, with the held
-    DDL (the held rows are the executors' :attr:`TableOutcome.held`).
+    DDL (the held rows are the executors' :attr:`TableOutcome.held`). ``seam`` drops the DDL and (on the
+    executors) the rows that tables' snapshots already hold, as in ``plan_batch``.
 
     Raises:
         ValueError: held rows in ``state``, or an unknown mode.
@@ -174,7 +187,7 @@ def plan_coordination(
     if any(not isinstance(r, DDLRecord) for r in state.held):
         raise ValueError("plan_coordination: state.held must hold only DDL (rows are held with the rows)")
     plan = plan_batch(state, ddl, resolved, mode=mode, keys=KeyResolver(), partitions=partitions, guard=guard,
-                      case_sensitive=case_sensitive)
+                      case_sensitive=case_sensitive, seam=seam)
     steps = tuple(s for s in plan.steps if isinstance(s, DDLRecord))
     start = dict(state.watermarks)
     marks: dict[tuple[str, int], tuple[tuple[tuple[int, int], ...], tuple[int, ...]]] = {}
@@ -192,7 +205,7 @@ def plan_coordination(
                 wm = m.ts if wm is None or m.ts >= wm else wm
                 after.append(wm)
             marks[tp] = (tuple((m.offset, m.idx) for m in items), tuple(after))  # type: ignore[misc]
-    rules = TableRules(mode, start, marks, dict(plan.topic_watermarks), steps, guard, case_sensitive)
+    rules = TableRules(mode, start, marks, dict(plan.topic_watermarks), steps, guard, case_sensitive, seam or None)
     return plan, rules
 
 

@@ -292,11 +292,8 @@ class BatchHandler:
         guard = self._ts_guard(checkpoint, batch_id)
         # a half-done snapshot load stops the job before anything is read (core/snapshot_seam)
         seam = seam_from_state(self._meta.get("snapshots"))
-        if seam and self._engine is not None:
-            raise ConfigError("the job state records table snapshots (the `snapshot` command), and sink.engine: "
-                              "spark does not drop the changes they hold yet: run with the delta-rs engine")
         if self._engine is not None:  # sink.engine: spark (ticdc_delta/spark/engine.py)
-            self._engine.run(batch_df, batch_id, guard=guard, query_id=query_id, started=started)
+            self._engine.run(batch_df, batch_id, guard=guard, query_id=query_id, started=started, seam=seam)
             return
         if self._meta.get("staging_batch") is not None:
             raise ConfigError(
