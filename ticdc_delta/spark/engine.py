@@ -212,7 +212,8 @@ def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
         for rejection in screen.rejections:
             emit("rejection", -1, None, pickle.dumps(rejection))
         emit("summary", -1, None, pickle.dumps({"replays": out.replays, "held": len(out.held),
-                                                "released": out.released}))
+                                                "released": out.released,
+                                                "snapshot_dropped": out.snapshot_dropped}))
         return pa.Table.from_pydict(cols, schema=_OUT_ARROW)
 
     return apply
@@ -256,6 +257,7 @@ class _Progress:
     held: int
     replays_dropped: int
     rejected: list[Any]
+    snapshot_dropped: int = 0
 
 
 class SparkEngine:
@@ -301,8 +303,10 @@ class SparkEngine:
 
     # --- the batch -------------------------------------------------------------------------------------
 
-    def run(self, batch_df: Any, batch_id: int, *, guard: Any, query_id: Any, started: float) -> None:
-        """Apply micro-batch ``batch_id`` (see the module docstring).
+    def run(self, batch_df: Any, batch_id: int, *, guard: Any, query_id: Any, started: float,
+            seam: Any = None) -> None:
+        """Apply micro-batch ``batch_id`` (see the module docstring). ``seam``: the tables' snapshot TSOs
+        (:mod:`ticdc_delta.core.snapshot_seam`): their rows and DDL at or below it are dropped.
 
         Raises:
             DecodeError / UnwritableValueError / ImplausibleTimestampError: bad input under
@@ -355,7 +359,7 @@ class SparkEngine:
             h._avro_type_params(spec, h._catalog)
             partitions = {t: h._partitions_of(t) for t in cfg.topics} if h.mode == WATERMARK else None
             plan, rules = plan_coordination(ddl_state, ddl, resolved, mode=h.mode, partitions=partitions,
-                                            guard=guard, case_sensitive=cfg.case_sensitive)
+                                            guard=guard, case_sensitive=cfg.case_sensitive, seam=seam)
 
             # 4. the per-table part, on the executors
             t_plan = time.monotonic()
@@ -391,6 +395,7 @@ class SparkEngine:
                 elif r["kind"] == "summary":
                     replays += value["replays"]
                     held += value["held"]
+                    plan.snapshot_dropped += value.get("snapshot_dropped", 0)
                     if value["held"]:
                         held_by_table[f"{r['schema']}.{r['table']}"] = value["held"]
                 elif r["kind"] == "rejected_ts":
@@ -423,7 +428,8 @@ class SparkEngine:
             meta = next_state_meta(
                 h._meta, plan, applier, result, offsets, query_id,
                 totals={"replays_dropped": replays, "dead_letters": counts["error"] + len(rejections),
-                        "dead_letter_values": len(rejections), "implausible_ts": len(rejected)},
+                        "dead_letter_values": len(rejections), "implausible_ts": len(rejected),
+                        "snapshot_dropped": plan.snapshot_dropped},
             )
             meta["staging_batch"] = batch_id if rows_held else None
             meta["rows_held"] = rows_held
@@ -441,7 +447,7 @@ class SparkEngine:
             h._fault("after_state", batch_id)
             if staged_batch is not None and batch_id % 16 == 0:
                 self._clean_staging(spark, batch_id)
-            progress = _Progress(dict(plan.topic_watermarks), held, replays, rejected)
+            progress = _Progress(dict(plan.topic_watermarks), held, replays, rejected, plan.snapshot_dropped)
             h._progress(batch_id, offsets, counts, progress, result, counts["error"] + len(rejections),
                         time.monotonic() - started, timings, values=len(rejections))
         finally:
