@@ -29,6 +29,7 @@ import hashlib
 import posixpath
 import time
 from typing import Any, Callable, Mapping
+from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
@@ -148,7 +149,7 @@ class ClaimCheckStorage:
             fs.create_dir(root, recursive=True)
         with fs.open_output_stream(f"{root}/{name}" if root else name) as stream:
             stream.write(data)
-        return f"{self.uri.rstrip('/')}/{name}"
+        return f"{_location_base(self.uri)}/{name}"
 
     def read(self, location: str, protocol: str) -> bytes:
         """The bytes of the object a claim-check ``location`` names.
@@ -183,6 +184,16 @@ class ClaimCheckStorage:
             f"{protocol}: claim-check storage {self.uri} failed {self.attempts} times reading {name!r}: "
             f"{preview(str(last))}"
         )
+
+
+def _location_base(uri: str) -> str:
+    """``uri`` as the directory part of a location TiCDC would write: without the query
+    (``?endpoint_override=...``) and user info, which are the writer's connection settings, not part of
+    the object's name (a reader takes only the file name)."""
+    if "://" not in uri:
+        return uri.rstrip("/")
+    parts = urlsplit(uri)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path.rstrip("/"), "", ""))
 
 
 def _is_not_found(exc: Exception) -> bool:

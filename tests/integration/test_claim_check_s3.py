@@ -1,0 +1,120 @@
+"""Claim-check objects on an S3-compatible server (moto's, started here): the simulator plays TiCDC's
+claim-check writer into a bucket, ``ticdc-delta run`` reads them back on its executors with the credentials
+of the usual ``AWS_*`` environment variables, and the tables match the oracle; a reference to an object the
+bucket does not hold is a dead letter, not a crash."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from ticdc_delta.codec.compression import compress
+from ticdc_delta.config import config_from_mapping
+from ticdc_delta.simulator import simulate
+from ticdc_delta.simulator.output import KafkaSink
+from ticdc_delta.spark.batch_handler import _ConfiguredSink
+from ticdc_delta.verify import compare_with_oracle
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+BUCKET = "cdc-claim-check"
+
+
+@pytest.fixture
+def s3_server() -> Iterator[dict[str, str]]:
+    """moto's S3 on a free 127.0.0.1 port that only answers requests signed by its one IAM user (so a
+    reader without the credentials fails); yields the endpoint and that user's keys, with the bucket made."""
+    pytest.importorskip("moto.server", reason="needs moto[server] (the test extra)")
+    import boto3
+    from moto.server import ThreadedMotoServer
+    from pyarrow import fs as pafs
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request in a failure's log
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+
+    def set_auth(count: str) -> None:  # moto's switch: requests allowed before authentication starts
+        request = urllib.request.Request(f"{url}/moto-api/reset-auth", data=count.encode(), method="POST",
+                                         headers={"Content-Type": "text/plain"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            answer.read()
+
+    try:
+        iam = boto3.client("iam", endpoint_url=url, region_name="us-east-1", aws_access_key_id="setup",
+                           aws_secret_access_key="setup")
+        iam.create_user(UserName="ticdc")
+        iam.put_user_policy(UserName="ticdc", PolicyName="s3", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        key = iam.create_access_key(UserName="ticdc")["AccessKey"]
+        set_auth("0")
+        endpoint = f"{host}:{port}"
+        pafs.S3FileSystem(access_key=key["AccessKeyId"], secret_key=key["SecretAccessKey"], region="us-east-1",
+                          endpoint_override=endpoint, scheme="http", allow_bucket_creation=True).create_dir(BUCKET)
+        yield {"endpoint": endpoint, "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
+               "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+    finally:
+        set_auth("inf")
+        server.stop()
+
+
+def test_claim_check_on_s3_lands_exactly(s3_server: dict[str, str], broker: Any, tmp_path: Path,
+                                         unique_name: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyarrow import fs as pafs
+
+    from ticdc_delta.delta.sink import read_table
+
+    aws = {"AWS_ACCESS_KEY_ID": s3_server["AWS_ACCESS_KEY_ID"],
+           "AWS_SECRET_ACCESS_KEY": s3_server["AWS_SECRET_ACCESS_KEY"],
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    for name, value in aws.items():  # the simulator (TiCDC's writer) runs in this process
+        monkeypatch.setenv(name, value)
+    uri = f"s3://{BUCKET}/changefeed-1?endpoint_override={s3_server['endpoint']}&scheme=http"
+    opts = {"enable-tidb-extension": "true", "large-message-handle-compression": "lz4",
+            "large-message-handle-option": "claim-check", "max-message-bytes": "700",
+            "claim-check-storage-uri": uri}
+    topic = unique_name("cc-s3")
+    result = simulate("canal-json", opts, seed=5, events=300, tables=2, partitions=2,
+                      sink=KafkaSink(broker.bootstrap_servers, topic, 2), topic=topic)
+    s3, root = pafs.FileSystem.from_uri(uri)
+    stored = [f for f in s3.get_file_info(pafs.FileSelector(root)) if f.type == pafs.FileType.File]
+    assert len(stored) > 10  # many rows really went through the bucket
+    # one more reference (compressed, as every value), to an object the bucket does not hold
+    missing = f"s3://{BUCKET}/changefeed-1/test-t1-1-not-stored.json"
+    sink = KafkaSink(broker.bootstrap_servers, topic, 2)
+    sink.write(1, None, compress("lz4", orjson.dumps({"_tidb": {"claimCheckLocation": missing}})))
+    sink.close()
+
+    mapping = {"changefeed": "cc-s3",
+               "source": {"bootstrap_servers": broker.bootstrap_servers, "topic": topic,
+                          "protocol": "canal-json", "options": opts},
+               "sink": {"path": str(tmp_path / "lake")}, "checkpoint": str(tmp_path / "ckpt")}
+    job = tmp_path / "job.yaml"
+    job.write_text(json.dumps(mapping))
+    # as a user runs it: a local job's executors are Python workers that inherit the job's environment,
+    # which is the only place the credentials are (the config names none)
+    run = subprocess.run([sys.executable, "-m", "ticdc_delta", "run", "--config", str(job), "--once"],
+                         capture_output=True, text=True, cwd=str(REPO), timeout=300,
+                         env=dict(os.environ, PYTHONPATH=str(REPO), **aws))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert s3_server["AWS_SECRET_ACCESS_KEY"] not in run.stdout + run.stderr
+
+    cfg = config_from_mapping(mapping)
+    diffs = compare_with_oracle(_ConfiguredSink(cfg), result.oracle, tz=cfg.sink.source_timezone)
+    bad = [d.describe() for d in diffs if not d.ok]
+    assert not bad, "\n".join(bad)
+    assert sum(d.actual_rows for d in diffs) > 0
+    (dead,) = read_table(cfg.dead_letter_path).to_pylist()
+    assert "test-t1-1-not-stored.json" in dead["error"] and "is not in" in dead["error"]
