@@ -375,6 +375,8 @@ class SourceConfig(_Model):
     consumer_group: str | Literal[False] | None = None
     schema_registry: SchemaRegistryConfig | None = None
     avro_schemas: dict[Annotated[int, BeforeValidator(_no_bool), Field(ge=0, le=0xFFFFFFFF)], NonEmptyStr] = {}
+    # the upstream TiDB (mysql://user@host:4000/): handle-key-only rows are read there at their commit ts
+    upstream: str | None = None
 
     _SETTING_FIELDS = frozenset({"options", "kafka"})
 
@@ -409,6 +411,25 @@ class SourceConfig(_Model):
     @classmethod
     def _check_group(cls, value: Any) -> Any:
         return _consumer_group(value)
+
+    @field_validator("upstream")
+    @classmethod
+    def _check_upstream(cls, value: str | None) -> str | None:
+        if value is not None:
+            from .codec.upstream_lookup import parse_upstream_dsn
+
+            parse_upstream_dsn(value, env={})  # ValueError: its message never quotes the DSN
+        return value
+
+    def upstream_settings(self, time_zone: str = "UTC", env: Mapping[str, str] | None = None) -> Any:
+        """The :class:`~ticdc_delta.codec.upstream_lookup.UpstreamSettings` of ``upstream`` (``None`` when
+        unset): the password from the DSN or the environment (``TICDC_DELTA_UPSTREAM_PASSWORD``); the
+        session time zone ``time_zone`` (``sink.source_timezone``) unless the DSN sets one."""
+        if self.upstream is None:
+            return None
+        from .codec.upstream_lookup import parse_upstream_dsn
+
+        return parse_upstream_dsn(self.upstream, env=env, time_zone=time_zone)
 
     @field_validator("options")
     @classmethod
@@ -454,6 +475,9 @@ class SourceConfig(_Model):
                 raise _PathError(("schema_registry",), f"only used with protocol avro, not {self.protocol}")
             if self.avro_schemas:
                 raise _PathError(("avro_schemas",), f"only used with protocol avro, not {self.protocol}")
+        if self.upstream is not None and self.protocol not in ("open-protocol", "canal-json"):
+            raise _PathError(("upstream",), "handle-key-only rows exist only with open-protocol and canal-json, "
+                             f"not {self.protocol}")
         return self
 
     @property
@@ -807,6 +831,8 @@ class JobConfig(_Model):
         source = data["source"]
         source["kafka"] = _redact_mapping(source["kafka"])
         source["options"] = _redact_mapping(source["options"])
+        if source.get("upstream") is not None:
+            source["upstream"] = _redact_url(source["upstream"])
         registry = source.get("schema_registry")
         if registry is not None:
             registry = _redact_mapping(registry)

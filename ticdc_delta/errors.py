@@ -27,6 +27,8 @@ __all__ = [
     "HandleKeyOnlyError",
     "ClaimCheckError",
     "ClaimCheckUnavailableError",
+    "UpstreamRowError",
+    "UpstreamUnavailableError",
     "EncodeError",
     "ConfigError",
     "BrokerUnavailableError",
@@ -182,6 +184,17 @@ class ClaimCheckError(LargeMessageError):
 class ClaimCheckUnavailableError(TransientError):
     """The claim-check storage failed on every bounded attempt (network, permissions, throttling): the
     object may well be there, so the batch is retried rather than its message dead-lettered."""
+
+
+class UpstreamRowError(HandleKeyOnlyError):
+    """A handle-key-only row that the upstream (``source.upstream``) could not complete: no row with that
+    handle key at the commit ts (deleted since, or the snapshot is past TiDB's GC safe point), more than
+    one, or a server error for the query. Goes to the dead-letter table like every decode error."""
+
+
+class UpstreamUnavailableError(TransientError):
+    """The upstream database (``source.upstream``) could not be reached or dropped the connection on every
+    bounded attempt: the row may well be there, so the batch is retried rather than dead-lettered."""
 
 
 class EncodeError(TerminalError):

@@ -52,12 +52,14 @@ def _check_protocol(protocol: str) -> None:
 
 
 def decoder_for(
-    protocol: str, options: Mapping[str, str] | None = None, *, schemas: Any = None
+    protocol: str, options: Mapping[str, str] | None = None, *, schemas: Any = None, upstream: Any = None
 ) -> RowEventDecoder:
     """A decoder for ``protocol`` configured with TiCDC sink-uri ``options``.
 
     ``schemas`` is only for Avro: an :class:`~ticdc_delta.codec.avro.AvroSchemas` (a Schema Registry
-    client or local schema files) that resolves schema ids.
+    client or local schema files) that resolves schema ids. ``upstream`` (an
+    :class:`~ticdc_delta.codec.upstream_lookup.UpstreamLookup`) completes handle-key-only rows, which only
+    Open Protocol and Canal-JSON carry (TiCDC allows the mode for no other protocol here).
 
     Raises:
         ValueError: unknown protocol or bad option value.
@@ -67,7 +69,7 @@ def decoder_for(
     if protocol == "open-protocol":
         from .open_protocol import OpenProtocolDecoder
 
-        return OpenProtocolDecoder(opts)
+        return OpenProtocolDecoder(opts, upstream=upstream)
     if protocol == "craft":
         from .craft import CraftDecoder
 
@@ -75,7 +77,7 @@ def decoder_for(
     if protocol == "canal-json":
         from .canal_json import CanalJsonDecoder
 
-        return CanalJsonDecoder(opts)
+        return CanalJsonDecoder(opts, upstream=upstream)
     from .avro import AvroDecoder
 
     return AvroDecoder(opts, schemas=schemas)

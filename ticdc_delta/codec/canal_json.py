@@ -40,7 +40,9 @@ Where TiCDC's own code settled a question: BIT, ENUM and SET values are TiCDC's 
 DDL's ``type`` is Canal's QUERY / CREATE / ALTER / ERASE / TRUNCATE / RENAME / CINDEX / DINDEX
 (``convertDdlEventType``), which the decoder does not map back (``ddl_type=None``). An UPDATE whose
 ``old`` is null (TiCDC never writes one) decodes with ``old=None``. TiCDC's large-message modes are
-refused: a claim-check message holds no row, and a handle-key-only INSERT/UPDATE holds only the key (a
+handled: a claim-check message is read from ``claim-check-storage-uri`` (refused without it); a
+handle-key-only INSERT/UPDATE holds only the key, and its row is read from the upstream TiDB when the
+decoder has an :class:`~.upstream_lookup.UpstreamLookup` (``source.upstream``), refused otherwise (a
 handle-key-only DELETE is complete enough and decodes to a key-only DELETE).
 """
 
@@ -64,6 +66,7 @@ from ..errors import (
     FramingError,
     HandleKeyOnlyError,
     TruncatedMessageError,
+    UpstreamRowError,
     preview,
 )
 from .base import Message, parse_bool_option
@@ -77,6 +80,7 @@ from .claim_check import (
     unpack_claim_check_message,
 )
 from .compression import compress, compression_option, decompress
+from .upstream_lookup import UpstreamLookup, complete_image
 from .model import (
     BLOB_TYPES,
     TEXT_OR_BINARY_TYPES,
@@ -620,8 +624,9 @@ class CanalJsonDecoder:
 
     protocol = PROTOCOL
 
-    def __init__(self, options: Mapping[str, str] | None = None) -> None:
-        """A decoder for the sink-uri ``options`` the stream was written with.
+    def __init__(self, options: Mapping[str, str] | None = None, *, upstream: UpstreamLookup | None = None) -> None:
+        """A decoder for the sink-uri ``options`` the stream was written with; ``upstream`` completes
+        handle-key-only rows (:mod:`.upstream_lookup`).
 
         Raises:
             ValueError: ``enable-tidb-extension`` is not a boolean word, or an unknown
@@ -633,6 +638,7 @@ class CanalJsonDecoder:
         uri = opts.get(STORAGE_OPTION)
         self._claim_check = ClaimCheckStorage(uri) if uri else None
         self._claim_check_raw = parse_bool_option(opts, RAW_VALUE_OPTION, False)
+        self._upstream = upstream
         self._clear_caches()
 
     def _clear_caches(self) -> None:
@@ -654,13 +660,15 @@ class CanalJsonDecoder:
     def __getstate__(self) -> dict[str, Any]:
         # Pickled to Spark executors: the caches hold generated functions, which do not pickle.
         return {"extension": self._extension, "compression": self._compression,
-                "claim_check": self._claim_check, "claim_check_raw": self._claim_check_raw}
+                "claim_check": self._claim_check, "claim_check_raw": self._claim_check_raw,
+                "upstream": self._upstream}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._extension = bool(state["extension"])
         self._compression = str(state.get("compression", "none"))
         self._claim_check = state.get("claim_check")
         self._claim_check_raw = bool(state.get("claim_check_raw", False))
+        self._upstream = state.get("upstream")
         self._clear_caches()
 
     # -- entry point --------------------------------------------------------------------------------------
@@ -920,12 +928,15 @@ class CanalJsonDecoder:
             commit_ts = self._commit_ts(msg, ctx)
             if tidb is not None and tidb.get("onlyHandleKey") is True and op != Op.DELETE:
                 # TiCDC's large-message "handle-key-only" mode: the consumer must re-read the row upstream.
+                if self._upstream is not None:
+                    plain = {**msg, "_tidb": {k: v for k, v in tidb.items() if k != "onlyHandleKey"}}
+                    return [_upstream_row_of(self._upstream, e, ctx) for e in self._rows(plain, op, ctx)]
                 raise _error(
                     ctx,
                     f"{op} message carries only the handle key (_tidb.onlyHandleKey, large-message-handle-option="
-                    "handle-key-only): the rest of the row exists only in the upstream TiDB, which this job does "
-                    "not query; change the changefeed to large-message-handle-option=claim-check (or raise "
-                    "max-message-bytes)",
+                    "handle-key-only): the rest of the row exists only in the upstream TiDB; set source.upstream "
+                    "to its DSN (mysql://user@tidb-host:4000/) so that the job reads the row there, or change "
+                    "the changefeed to large-message-handle-option=claim-check (or raise max-message-bytes)",
                     HandleKeyOnlyError,
                 )
         schema = msg.get("database")
@@ -969,6 +980,30 @@ class CanalJsonDecoder:
             return out
         except (KeyError, TypeError, ValueError, AttributeError):
             raise _error(ctx, _explain_rows(layout, data, old)) from None
+
+
+def _upstream_row_of(upstream: UpstreamLookup, event: Any, ctx: DecodeContext) -> Any:
+    """A handle-key-only INSERT/UPDATE with its new image read from the upstream as of its commit ts (the
+    old image keeps the message's handle key: what a MERGE by key needs).
+
+    Raises:
+        UpstreamRowError: no commit ts (the TiDB extension is off), or the upstream has no such row at
+            that snapshot (or refused the query).
+        UpstreamUnavailableError: the upstream stayed unreachable.
+    """
+    where = f"handle-key-only row of {event.schema}.{event.table}"
+    if event.commit_ts is None:
+        raise _error(ctx, f"{where} has no commit ts (_tidb.commitTs) to read the upstream at", UpstreamRowError)
+    key = [(c[0], c[3]) for c in event.columns]
+    try:
+        found = upstream.fetch(event.schema, event.table, key, event.commit_ts, PROTOCOL)
+    except DecodeError as exc:
+        raise exc.with_context(*ctx) from None
+    try:
+        image = complete_image(event.columns, found, PROTOCOL)
+    except ValueError as exc:
+        raise _error(ctx, f"{where}: {exc}", UpstreamRowError) from None
+    return event._replace(columns=image)
 
 
 def _error(ctx: DecodeContext, reason: str, cls: type[DecodeError] = DecodeError) -> DecodeError:

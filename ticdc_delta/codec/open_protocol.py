@@ -22,8 +22,9 @@ Large messages (TiCDC's ``large-message-handle-*`` sink options; TiCDC allows th
 Canal-JSON with the TiDB extension and its simple protocol only, so Craft and Avro have no equivalent):
 ``large-message-handle-compression`` compresses each row and DDL value entry (:mod:`.compression`); a row
 entry above ``max-message-bytes`` keeps only its handle-key columns and its event key says why —
-``"ohk": true`` (handle-key-only: refused as :class:`~ticdc_delta.errors.HandleKeyOnlyError` unless it is a
-DELETE) or ``"ccl": "<location>"`` (claim-check: the full message is read from ``claim-check-storage-uri``,
+``"ohk": true`` (handle-key-only: an INSERT/UPDATE is completed from the upstream TiDB when the decoder has
+an :class:`~.upstream_lookup.UpstreamLookup` — ``source.upstream`` —, refused as
+:class:`~ticdc_delta.errors.HandleKeyOnlyError` otherwise; a DELETE is complete with its key) or ``"ccl": "<location>"`` (claim-check: the full message is read from ``claim-check-storage-uri``,
 :mod:`.claim_check`). ``only-output-updated-columns`` leaves unchanged columns out of ``"p"``; the old
 image is rebuilt from ``"u"``.
 """
@@ -52,6 +53,7 @@ from ..errors import (
     HandleKeyOnlyError,
     TruncatedMessageError,
     UnsupportedVersionError,
+    UpstreamRowError,
     preview,
 )
 from .base import Message
@@ -63,6 +65,7 @@ from .claim_check import (
     unpack_claim_check_message,
 )
 from .compression import compress, compression_option, decompress
+from .upstream_lookup import UpstreamLookup, complete_image
 from .model import (
     BLOB_TYPES,
     Column,
@@ -471,14 +474,16 @@ class OpenProtocolDecoder:
 
     protocol = PROTOCOL
 
-    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, options: Mapping[str, str] | None = None, *, upstream: UpstreamLookup | None = None) -> None:
         """A decoder for the sink-uri ``options`` the stream was written with
-        (``large-message-handle-compression``: see :mod:`.compression`).
+        (``large-message-handle-compression``: see :mod:`.compression`); ``upstream`` completes
+        handle-key-only rows (:mod:`.upstream_lookup`).
 
         Raises:
             ValueError: an option value that is not valid.
         """
         self.options = dict(options or {})
+        self._upstream = upstream
         self._compression = compression_option(self.options)
         self._claim_check = _claim_check_storage(self.options)
         self._clear_caches()
@@ -491,10 +496,11 @@ class OpenProtocolDecoder:
 
     def __getstate__(self) -> dict[str, Any]:
         # pickled to Spark executors: the caches hold generated functions, which do not pickle
-        return {"options": self.options}
+        return {"options": self.options, "upstream": self._upstream}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.options = dict(state["options"])
+        self._upstream = state.get("upstream")
         self._compression = compression_option(self.options)
         self._claim_check = _claim_check_storage(self.options)
         self._clear_caches()
@@ -629,6 +635,8 @@ class OpenProtocolDecoder:
             claim = self._large_message(k, v, i, schema, table, ts, claimed)
             if claim is not None:
                 return self._claimed_row(claim, i, schema, table, ts, ctx)
+            if k.get("ohk") is True and self._upstream is not None and not _is_delete_value(v):
+                return self._upstream_row(self._event({**k, "ohk": False}, v, i, ctx, claimed))
         if kind == _KIND_ROW:
             body = _json(v, f"row value {i}")
             if type(body) is not dict:
@@ -682,14 +690,33 @@ class OpenProtocolDecoder:
                 f"stored at {preview(ccl)}; set the source option claim-check-storage-uri to the "
                 "changefeed's so that the job reads it from there",
             )
-        if ohk and not _is_delete_value(v):
+        if ohk and self._upstream is None and not _is_delete_value(v):
             raise HandleKeyOnlyError(
                 PROTOCOL,
                 f"{where} carries only its handle key (large-message-handle-option=handle-key-only): the rest "
-                "of the row exists only in the upstream TiDB, which this job does not query; change the "
+                "of the row exists only in the upstream TiDB; set source.upstream to its DSN "
+                "(mysql://user@tidb-host:4000/) so that the job reads the row there, or change the "
                 "changefeed to large-message-handle-option=claim-check (or raise max-message-bytes)",
             )
         return None
+
+    def _upstream_row(self, event: Event) -> Event:
+        """A handle-key-only INSERT/UPDATE with its new image read from the upstream as of its commit ts
+        (the old image keeps the message's handle key: what a MERGE by key needs).
+
+        Raises:
+            UpstreamRowError: the upstream has no such row at that snapshot (or refused the query).
+            UpstreamUnavailableError: the upstream stayed unreachable.
+        """
+        assert self._upstream is not None and isinstance(event, RowChange) and event.columns is not None  # noqa: S101
+        key = [(c.name, c.value) for c in event.columns]
+        assert event.commit_ts is not None  # noqa: S101 - an Open Protocol row always has its "ts"
+        found = self._upstream.fetch(event.schema, event.table, key, event.commit_ts, PROTOCOL)
+        try:
+            image = complete_image(event.columns, found, PROTOCOL)
+        except ValueError as exc:
+            raise UpstreamRowError(PROTOCOL, f"handle-key-only row of {event.schema}.{event.table}: {exc}") from None
+        return event._replace(columns=image)
 
     def _claimed_row(self, location: str, i: int, schema: str, table: str, ts: int, ctx: DecodeContext) -> Event:
         """The full row a claim-check reference stands for, read from the claim-check storage: TiCDC

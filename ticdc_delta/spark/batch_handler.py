@@ -245,7 +245,8 @@ class BatchHandler:
                             pass  # nothing registered for this topic yet
             snap = self._avro.snapshot(sorted(ids))
             schemas = {i: snap.get(i) for i in snap.known_ids}
-        return DecoderSpec(self.cfg.source.protocol, dict(self.cfg.source.options), schemas)
+        upstream = self.cfg.source.upstream_settings(self.cfg.sink.source_timezone)
+        return DecoderSpec(self.cfg.source.protocol, dict(self.cfg.source.options), schemas, upstream)
 
     def _avro_type_params(self, spec: DecoderSpec, catalog: TableCatalog) -> None:
         """Avro carries no DDL: DECIMAL precision/scale and ENUM/SET members come from its schemas."""

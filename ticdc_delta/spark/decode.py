@@ -15,7 +15,8 @@ import pyarrow as pa
 from ..codec import DecodeContext, decoder_for
 from ..codec.model import DDLEvent, ResolvedEvent, RowChange
 from ..core.records import dump_record, record_from_event
-from ..errors import DecodeError, TransientError
+from ..codec.upstream_lookup import UpstreamLookup, UpstreamSettings
+from ..errors import ConfigError, DecodeError, TransientError
 from ..locations import table_name_problem
 
 __all__ = ["DECODED_SCHEMA", "DECODED_ARROW_SCHEMA", "DecoderSpec", "make_decode_fn", "decode_messages"]
@@ -49,19 +50,23 @@ class DecoderSpec:
 
     ``avro_schemas`` is the id → schema JSON snapshot resolved on the driver (executors are separate
     processes and cannot reach an in-process mock registry; a real registry would work, but resolving on
-    the driver keeps executors off the registry's back).
+    the driver keeps executors off the registry's back). ``upstream`` is ``source.upstream`` (its password
+    travels inside, never printed): handle-key-only rows are read there.
     """
 
     protocol: str
     options: dict[str, str] = field(default_factory=dict)
     avro_schemas: dict[int, str] = field(default_factory=dict)
+    upstream: UpstreamSettings | None = None
 
-    def build(self) -> Any:
+    def build(self, upstream: UpstreamLookup | None = None) -> Any:
         schemas = None
         if self.protocol == "avro":
             from ..codec.avro import AvroSchemas
 
             schemas = AvroSchemas(self.avro_schemas)
+        if upstream is not None:
+            return decoder_for(self.protocol, self.options, schemas=schemas, upstream=upstream)
         return decoder_for(self.protocol, self.options, schemas=schemas)
 
 
@@ -110,8 +115,10 @@ def decode_messages(
         except DecodeError as exc:
             emit(topic, part, off, 0, "error", None, None, str(exc), key, value)
             continue
-        except TransientError:
-            raise  # e.g. the claim-check storage is unreachable: the batch is retried, the message kept
+        except (TransientError, ConfigError):
+            # e.g. the claim-check storage or the upstream is unreachable: the batch is retried, the message
+            # kept; the upstream refused the credentials: the job stops
+            raise
         except Exception as exc:  # noqa: BLE001 - a decoder bug must not kill the job: dead-letter it
             emit(topic, part, off, 0, "error", None, None,
                  f"{decoder.protocol}: unexpected {type(exc).__name__}: {exc}", key, value)
@@ -124,15 +131,21 @@ def decode_messages(
 
 
 def make_decode_fn(spec: DecoderSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function for ``spec``; the decoder is built once per Python worker."""
+    """The ``mapInArrow`` function for ``spec``; the decoder is built once per partition task, with one
+    upstream connection (``source.upstream``) opened on its first handle-key-only row and closed at the end."""
 
     def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        decoder = spec.build()
-        for batch in batches:
-            cols = batch.to_pydict()
-            out = decode_messages(
-                decoder, cols["topic"], cols["partition"], cols["offset"], cols["key"], cols["value"]
-            )
-            yield pa.RecordBatch.from_pydict(out, schema=DECODED_ARROW_SCHEMA)
+        upstream = UpstreamLookup(spec.upstream) if spec.upstream is not None else None
+        decoder = spec.build(upstream)
+        try:
+            for batch in batches:
+                cols = batch.to_pydict()
+                out = decode_messages(
+                    decoder, cols["topic"], cols["partition"], cols["offset"], cols["key"], cols["value"]
+                )
+                yield pa.RecordBatch.from_pydict(out, schema=DECODED_ARROW_SCHEMA)
+        finally:
+            if upstream is not None:
+                upstream.close()
 
     return decode_batches

@@ -39,6 +39,7 @@ from ticdc_delta.errors import (
     ConfigError,
     KafkaDataLossError,
     TicdcDeltaError,
+    UpstreamUnavailableError,
 )
 
 if TYPE_CHECKING:
@@ -491,6 +492,8 @@ _ERROR_TYPES: dict[str, type[TicdcDeltaError]] = {
     "BrokerUnavailableError": BrokerUnavailableError,
     # raised on the executors by the claim-check fetch: the storage is down, not the message bad
     "ClaimCheckUnavailableError": ClaimCheckUnavailableError,
+    # raised on the executors by the handle-key-only lookup (source.upstream): the database is down
+    "UpstreamUnavailableError": UpstreamUnavailableError,
     "KafkaDataLossError": KafkaDataLossError,
     "ConfigError": ConfigError,
 }
