@@ -538,8 +538,17 @@ class SinkConfig(_Model):
     merge_threads: Annotated[int, Field(ge=1, le=64)] = 2
     # spark engine: retries of a MERGE/append that lost to another writer before exit 75
     conflict_retries: Annotated[int, Field(ge=0, le=100)] = 5
+    # spark engine: MODIFY COLUMN widens in place with Delta type widening (tables get the typeWidening
+    # feature, which delta-rs 1.x readers cannot scan) instead of a rewrite
+    type_widening: bool = False
 
     _SETTING_FIELDS = frozenset({"storage_options"})
+
+    @model_validator(mode="after")
+    def _check_engine_options(self) -> "SinkConfig":
+        if self.type_widening and self.engine != "spark":
+            raise _PathError(("type_widening",), "needs engine: spark (delta-rs cannot write type-widened tables)")
+        return self
 
     @field_validator("storage_options")
     @classmethod

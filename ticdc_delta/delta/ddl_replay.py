@@ -32,6 +32,12 @@ index, partition, view,    nothing (logged)
 sequence, TiFlash DDL
 =========================  ======================================================================
 
+The replayer asks the sink for each change (``add_columns``, ``drop_column``, ``rename_column``,
+``change_column_type``, ``rewrite`` for defaults, ...); the table above is what the ``delta-rs`` engine's
+:class:`~ticdc_delta.delta.sink.DeltaRsSink` does. The ``spark`` engine's
+:class:`~ticdc_delta.spark.delta_sink.SparkDeltaSink` does DROP / RENAME COLUMN in place (column mapping)
+and, with ``sink.type_widening``, widens types in place (Delta type widening); see there.
+
 Rewrites are one overwrite commit each (with the batch's app transaction, so a re-run batch does not
 rewrite twice); the previous rows stay in the table's Delta history until VACUUM, so no column's data is
 lost silently. Column positions (FIRST / AFTER) are not mirrored: Delta column order is the order columns
@@ -49,7 +55,7 @@ import pyarrow as pa
 
 from ..codec.model import INTEGER_TYPES, TypeCode
 from ..core.records import DDLRecord
-from ..errors import DDLPolicyError, IdentifierError, SinkError
+from ..errors import DDLPolicyError, IdentifierError
 from ..locations import fold_name
 from ..schema import ddl as d
 from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, converter_for, source_zone, widens
@@ -257,14 +263,13 @@ class DDLReplayer:
             if name is None:
                 return False
             applier.catalog.drop_column(ident.schema, ident.table, change.name)
-            return bool(sink.rewrite(ident, lambda t: t.drop_columns([name]), applier.next_txn(ident, batch_id)))
+            return bool(sink.drop_column(ident, name, applier.next_txn(ident, batch_id)))
         if isinstance(change, d.RenameColumn):
             old = _find(existing, change.old)
             if old is None or old == change.new:
                 return False
             applier.catalog.rename_column(ident.schema, ident.table, change.old, change.new)
-            rename = lambda t: t.rename_columns([change.new if n == old else n for n in t.column_names])  # noqa: E731
-            return bool(sink.rewrite(ident, rename, applier.next_txn(ident, batch_id)))
+            return bool(sink.rename_column(ident, old, change.new, applier.next_txn(ident, batch_id)))
         if isinstance(change, d.ModifyColumn):
             return self._modify_column(change, existing, rec, applier, batch_id)
         log.warning("DDL class %s has no Delta replay; ignoring %r (commit ts %s)", cls, rec.query, rec.commit_ts)
@@ -355,16 +360,7 @@ class DDLReplayer:
                 f"{old_type} to {new_type}, which would lose data; set ddl.modify_column: ignore to keep the "
                 f"Delta type: {rec.query!r}"
             )
-
-        def cast(table: pa.Table) -> pa.Table:
-            i = table.column_names.index(name)
-            try:
-                column = table.column(i).cast(new_type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise SinkError(f"cannot cast {name} from {old_type} to {new_type}: {exc}") from exc
-            return table.set_column(i, pa.field(name, new_type), column)
-
-        return bool(applier.sink.rewrite(ident, cast, applier.next_txn(ident, batch_id)))
+        return bool(applier.sink.change_column_type(ident, name, new_type, applier.next_txn(ident, batch_id)))
 
 
 _NAME_FIELDS = ("schema", "table", "new_schema", "new_table")

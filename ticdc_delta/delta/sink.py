@@ -69,6 +69,7 @@ __all__ = [
     "check_txn",
     "commit_properties",
     "already_applied",
+    "cast_column",
 ]
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,34 @@ class TableSink(Protocol):
 
         Raises:
             SinkError: the rows do not fit the table.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        ...
+
+    def drop_column(self, ident: TableIdent, name: str, txn: Txn) -> bool:
+        """DROP COLUMN ``name`` (the table's spelling); ``True`` unless already done.
+
+        Raises:
+            SinkError: the table is missing.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        ...
+
+    def rename_column(self, ident: TableIdent, old: str, new: str, txn: Txn) -> bool:
+        """RENAME COLUMN ``old`` (the table's spelling) to ``new``, values kept; ``True`` unless already done.
+
+        Raises:
+            SinkError: the table is missing.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        ...
+
+    def change_column_type(self, ident: TableIdent, name: str, new_type: pa.DataType, txn: Txn) -> bool:
+        """Give column ``name`` the wider type ``new_type`` (the caller checked that every value fits);
+        ``True`` unless already done.
+
+        Raises:
+            SinkError: the table is missing, or a value cannot be cast.
             ConcurrentCommitError: other writers kept winning.
         """
         ...
@@ -334,6 +363,25 @@ def already_applied(dt: DeltaTable, txn: Txn) -> bool:
     """Whether ``dt`` has committed ``txn.app_id`` at ``txn.version`` or later."""
     committed = dt.transaction_version(txn.app_id)
     return committed is not None and committed >= txn.version
+
+
+def cast_column(name: str, new_type: pa.DataType) -> Callable[[pa.Table], pa.Table]:
+    """A table transform casting column ``name`` to ``new_type`` (for rewrites: picklable, runs on
+    executors too).
+
+    The transform raises SinkError when a value cannot be cast.
+    """
+
+    def cast(table: pa.Table) -> pa.Table:
+        i = table.column_names.index(name)
+        old_type = table.schema.field(i).type
+        try:
+            column = table.column(i).cast(new_type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SinkError(f"cannot cast {name} from {old_type} to {new_type}: {exc}") from exc
+        return table.set_column(i, pa.field(name, new_type), column)
+
+    return cast
 
 
 def _arrow_schema(dt: DeltaTable) -> pa.Schema:
@@ -743,6 +791,50 @@ class DeltaRsSink:
             return transform(read_table(path, storage_options=self._storage_options))
 
         return self._overwrite(ident, rows, txn, "rewrite")
+
+    def drop_column(self, ident: TableIdent, name: str, txn: Txn) -> bool:
+        """DROP COLUMN ``name`` (the table's spelling): a :meth:`rewrite` without it (delta-rs writes no
+        column mapping, without which Delta cannot drop a column in place).
+
+        Raises:
+            ValueError: bad ``txn``.
+            SinkError: the table is missing.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        return self.rewrite(ident, lambda t: t.drop_columns([name]), txn)
+
+    def rename_column(self, ident: TableIdent, old: str, new: str, txn: Txn) -> bool:
+        """RENAME COLUMN ``old`` (the table's spelling) to ``new``: a :meth:`rewrite` with the column renamed.
+
+        Raises:
+            ValueError: bad ``txn``.
+            SinkError: the table is missing.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        return self.rewrite(ident, lambda t: t.rename_columns([new if n == old else n for n in t.column_names]), txn)
+
+    def change_column_type(self, ident: TableIdent, name: str, new_type: pa.DataType, txn: Txn) -> bool:
+        """Column ``name`` (the table's spelling) as ``new_type``: a :meth:`rewrite` with a cast (the caller
+        checks that the change loses nothing: :func:`~ticdc_delta.delta.arrow_types.widens`).
+
+        Raises:
+            ValueError: bad ``txn``.
+            SinkError: the table is missing, or a value cannot be cast.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        return self.rewrite(ident, cast_column(name, new_type), txn)
+
+    def snapshot(self, ident: TableIdent) -> DeltaTable | None:
+        """The table's latest delta-rs snapshot (metadata, app transactions), or ``None`` when there is none.
+
+        Raises:
+            SinkError: the table's log cannot be read.
+        """
+        path = self._path(ident)
+        try:
+            return self._load(path)
+        except (DeltaError, OSError) as exc:
+            raise SinkError(f"cannot read the Delta log of {path}: {exc}") from exc
 
     def _overwrite(
         self, ident: TableIdent, rows: Callable[[DeltaTable, str], pa.Table], txn: Txn, action: str

@@ -1,0 +1,155 @@
+"""The spark engine's schema commits with Delta Lake's own operations (real Spark, real Delta tables).
+
+Column mapping lets DROP / RENAME COLUMN change only the table's metadata: the commit adds and removes no
+file. Type widening (opt-in) does the same for a wider DECIMAL. delta-rs still reads the default tables.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from ticdc_delta.config import config_from_mapping
+from ticdc_delta.delta.sink import DeltaRsSink, TableIdent, Txn
+from ticdc_delta.errors import ConfigError, SinkError
+from ticdc_delta.spark.delta_sink import SparkDeltaSink, delta_widens_in_place
+
+integration = pytest.mark.integration
+
+T = TableIdent("s", "t")
+SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("a", pa.string()), pa.field("v", pa.string()),
+                    pa.field("d", pa.decimal128(6, 2))])
+
+
+def _table(spark: Any, root: Path, *, type_widening: bool = False) -> SparkDeltaSink:
+    sink = SparkDeltaSink(DeltaRsSink(str(root)), spark, type_widening=type_widening)
+    assert sink.ensure_table(T, SCHEMA, None, Txn("cf", 0))
+    assert not sink.ensure_table(T, SCHEMA, None, Txn("cf", 0))
+    path = sink.table_path(*T)
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'x', 'gone1', 1.50), (2, 'y', 'gone2', -3.25)")
+    return sink
+
+
+def _last_commit(sink: SparkDeltaSink) -> list[dict]:
+    log = sorted((Path(sink.table_path(*T)) / "_delta_log").glob("*.json"))[-1]
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def _files_touched(commit: list[dict]) -> int:
+    return sum(1 for a in commit if "add" in a or "remove" in a)
+
+
+def _rows_by_delta_rs(sink: SparkDeltaSink) -> list[dict]:
+    """The rows as delta-rs reads them (QueryBuilder: to_pyarrow_table can abort at exit, delta-rs 2184)."""
+    from deltalake import DeltaTable, QueryBuilder
+
+    got = QueryBuilder().register("t", DeltaTable(sink.table_path(*T))).execute("SELECT * FROM t ORDER BY id")
+    return pa.table(got.read_all()).to_pylist()
+
+
+@integration
+def test_drop_and_rename_column_change_metadata_only_and_delta_rs_reads_the_table(spark: Any, tmp_path: Path) -> None:
+    sink = _table(spark, tmp_path)
+    assert sink.add_columns(T, [pa.field("c", pa.int64())], Txn("cf", 1)) == ["c"]
+    assert sink.add_columns(T, [pa.field("c", pa.int64())], Txn("cf", 1)) == []  # a replay adds nothing
+    assert _files_touched(_last_commit(sink)) == 0
+
+    assert sink.rename_column(T, "a", "b", Txn("cf", 2))
+    assert _files_touched(_last_commit(sink)) == 0
+    assert sink.drop_column(T, "v", Txn("cf", 3))
+    assert _files_touched(_last_commit(sink)) == 0
+    # replays after a crash: the table no longer needs them
+    assert not sink.rename_column(T, "a", "b", Txn("cf", 2))
+    assert not sink.drop_column(T, "v", Txn("cf", 3))
+
+    assert sink.table_schema(T).names == ["id", "b", "d", "c"]
+    assert _rows_by_delta_rs(sink) == [{"id": 1, "b": "x", "d": Decimal("1.50"), "c": None},
+                                       {"id": 2, "b": "y", "d": Decimal("-3.25"), "c": None}]
+    with pytest.raises(SinkError, match="cannot add column 'c' string: the table has 'c' int64"):
+        sink.add_columns(T, [pa.field("c", pa.string())], Txn("cf", 4))
+
+
+@integration
+def test_a_column_change_is_skipped_once_a_later_step_of_the_changefeed_committed(spark: Any, tmp_path: Path) -> None:
+    """ALTER TABLE records no app transaction: a replayed DROP COLUMN whose later step is committed must not
+    drop the column a later DDL of the same batch added again."""
+    sink = _table(spark, tmp_path)
+    path = sink.table_path(*T)
+    spark.conf.set("spark.databricks.delta.write.txnAppId", "cf")
+    spark.conf.set("spark.databricks.delta.write.txnVersion", "6")
+    try:
+        spark.sql(f"INSERT INTO delta.`{path}` VALUES (3, 'z', 'again', 0)")
+    finally:
+        spark.conf.unset("spark.databricks.delta.write.txnAppId")
+        spark.conf.unset("spark.databricks.delta.write.txnVersion")
+    assert not sink.drop_column(T, "v", Txn("cf", 5))
+    assert "v" in sink.table_schema(T).names
+    assert sink.drop_column(T, "v", Txn("cf", 7))
+    assert "v" not in sink.table_schema(T).names
+
+
+@integration
+def test_a_wider_decimal_is_a_rewrite_by_default(spark: Any, tmp_path: Path) -> None:
+    sink = _table(spark, tmp_path)
+    assert sink.change_column_type(T, "d", pa.decimal128(12, 4), Txn("cf", 1))
+    assert _files_touched(_last_commit(sink)) > 0
+    assert not sink.change_column_type(T, "d", pa.decimal128(12, 4), Txn("cf", 1))
+    assert sink.table_schema(T).field("d").type == pa.decimal128(12, 4)
+    assert [r["d"] for r in _rows_by_delta_rs(sink)] == [Decimal("1.5000"), Decimal("-3.2500")]
+
+
+@integration
+def test_type_widening_widens_a_decimal_in_place(spark: Any, tmp_path: Path) -> None:
+    sink = _table(spark, tmp_path, type_widening=True)
+    assert sink.change_column_type(T, "d", pa.decimal128(12, 4), Txn("cf", 1))
+    assert _files_touched(_last_commit(sink)) == 0
+    assert not sink.change_column_type(T, "d", pa.decimal128(12, 4), Txn("cf", 2))
+    rows = spark.read.format("delta").load(sink.table_path(*T)).orderBy("id").collect()
+    assert [r["d"] for r in rows] == [Decimal("1.5000"), Decimal("-3.2500")]
+    assert "typeWidening" in (sink.base.snapshot(T).protocol().reader_features or [])
+    # a change Delta cannot make in place (number → text) is still a rewrite
+    assert sink.change_column_type(T, "id", pa.string(), Txn("cf", 3))
+    assert _files_touched(_last_commit(sink)) > 0
+
+
+@integration
+def test_rewrite_and_truncate_carry_the_batch_transaction(spark: Any, tmp_path: Path) -> None:
+    sink = _table(spark, tmp_path)
+
+    def fill(table: pa.Table) -> pa.Table:
+        return table.append_column(pa.field("k", pa.string()), pa.array(["dflt"] * table.num_rows, pa.string()))
+
+    assert sink.rewrite(T, fill, Txn("cf", 1))
+    assert not sink.rewrite(T, fill, Txn("cf", 1))  # committed: a replay is skipped
+    assert [r["k"] for r in _rows_by_delta_rs(sink)] == ["dflt", "dflt"]
+    assert sink.overwrite_empty(T, Txn("cf", 2))
+    assert not sink.overwrite_empty(T, Txn("cf", 2))
+    assert _rows_by_delta_rs(sink) == []
+    assert sink.table_schema(T).names == ["id", "a", "v", "d", "k"]
+
+
+def test_delta_widens_in_place_follows_delta_type_widening() -> None:
+    assert delta_widens_in_place(pa.decimal128(6, 2), pa.decimal128(12, 4))
+    assert not delta_widens_in_place(pa.decimal128(6, 2), pa.decimal128(6, 3))  # fewer integer digits
+    assert delta_widens_in_place(pa.int64(), pa.decimal128(20, 0))
+    assert not delta_widens_in_place(pa.int64(), pa.decimal128(19, 0))  # Delta asks 20 digits of a long
+    assert delta_widens_in_place(pa.int32(), pa.int64())
+    assert not delta_widens_in_place(pa.int64(), pa.string())
+
+
+def test_type_widening_needs_the_spark_engine(tmp_path: Path) -> None:
+    def cfg(engine: str) -> Any:
+        return config_from_mapping({
+            "changefeed": "cf", "source": {"bootstrap_servers": "127.0.0.1:1", "topic": "t", "protocol": "craft"},
+            "sink": {"path": str(tmp_path / "lake"), "engine": engine, "type_widening": True},
+            "checkpoint": str(tmp_path / "ckpt"),
+        })
+
+    assert cfg("spark").sink.type_widening
+    with pytest.raises(ConfigError, match="sink.type_widening: needs engine: spark"):
+        cfg("delta-rs")

@@ -1,0 +1,444 @@
+"""The ``spark`` engine's table creation and DDL, with Delta Lake's own operations on the Spark session.
+
+The ``spark`` engine writes rows with Delta Lake's MERGE; :class:`SparkDeltaSink` makes its schema commits
+the same way, behind the calls the applier (:meth:`~ticdc_delta.delta.applier.DeltaApplier.prepare_table`)
+and the DDL replay (:mod:`ticdc_delta.delta.ddl_replay`) make of a sink:
+
+==========================  ===========================================================================
+call                        Delta Lake
+==========================  ===========================================================================
+``ensure_table``            ``DeltaTable.createIfNotExists`` with column mapping ``name`` (reader 2,
+                            writer 5): columns can later be dropped and renamed in place
+``add_columns``             ``ALTER TABLE … ADD COLUMNS`` (metadata only)
+``drop_column``             ``ALTER TABLE … DROP COLUMN`` (metadata only; the data stays in the files)
+``rename_column``           ``ALTER TABLE … RENAME COLUMN`` (metadata only)
+``change_column_type``      with ``sink.type_widening``, where Delta widens in place (decimal growth,
+                            integer → wider integer / decimal, float → double, date → timestamp_ntz):
+                            ``ALTER TABLE … ALTER COLUMN … TYPE`` (table feature ``typeWidening``);
+                            otherwise a rewrite with a lossless cast
+``rewrite``                 one overwrite commit (``overwriteSchema``), the transform run on the
+                            executors (``mapInArrow``): ADD COLUMN with a DEFAULT for existing rows
+``overwrite_empty``         TRUNCATE: an overwrite with no rows
+==========================  ===========================================================================
+
+A table without column mapping (one the ``delta-rs`` engine created) gets a rewrite for DROP / RENAME
+COLUMN, as on that engine. Reads — the schema, the app transactions, the table properties — and the
+file-level operations (DROP TABLE, RENAME TABLE, the tables of a schema) are the ``delta-rs`` sink's:
+delta-rs reads the log of column-mapping and type-widened tables (it cannot scan a type-widened table's
+rows, which is why ``sink.type_widening`` is off by default).
+
+**Idempotence.** Rewrites and TRUNCATE carry the batch's app transaction (``txnAppId``/``txnVersion``
+write options): Delta skips a committed one. An ``ALTER TABLE`` commit records no app transaction (Delta
+takes ``txnAppId``/``txnVersion`` for writes and DML only), so each column change is checked against the
+table before it acts: it is done when the table has committed the change's own transaction version or a
+later one of the changefeed (a later step of the batch, which ran after it, was committed), or when the
+table no longer needs it (the column to drop is gone, the new name is there, the type is the new one).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+import pyarrow as pa
+from deltalake import DeltaTable as RsTable, Field as DeltaField
+
+from ..delta.sink import (
+    OP_COLUMN,
+    DeltaRsSink,
+    MergeStats,
+    TableIdent,
+    Txn,
+    already_applied,
+    cast_column,
+    check_txn,
+)
+from ..errors import SinkError
+
+__all__ = ["SparkDeltaSink", "COLUMN_MAPPING_PROPERTIES", "TYPE_WIDENING_PROPERTY", "delta_widens_in_place"]
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+COLUMN_MAPPING_PROPERTIES = {
+    "delta.columnMapping.mode": "name",
+    "delta.minReaderVersion": "2",
+    "delta.minWriterVersion": "5",
+}
+"""Table properties of the tables the ``spark`` engine creates (Delta protocol: column mapping needs reader
+version 2 and writer version 5)."""
+
+TYPE_WIDENING_PROPERTY = "delta.enableTypeWidening"
+
+_INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 20}
+"""Decimal integer digits Delta's type widening asks for an integer type (``long`` → ``decimal(20, 0)``)."""
+
+
+def delta_widens_in_place(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether Delta 4's type widening changes ``old`` to ``new`` without rewriting files (the changes the
+    Delta Lake documentation lists, "Supported type changes")."""
+    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
+        # decimal(p, s) → decimal(p + k1, s + k2) with k1 >= k2 >= 0
+        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
+    if pa.types.is_integer(old) and pa.types.is_signed_integer(old):
+        if pa.types.is_signed_integer(new):
+            return new.bit_width > old.bit_width
+        if pa.types.is_decimal(new):
+            return new.precision - new.scale >= _INT_DIGITS[old.bit_width]
+        if pa.types.is_float64(new):
+            return old.bit_width <= 32
+        return False
+    if pa.types.is_float32(old):
+        return pa.types.is_float64(new)
+    if pa.types.is_date32(old):
+        return pa.types.is_timestamp(new) and new.tz is None
+    return False
+
+
+def _sql_table(path: str) -> str:
+    return "delta.`" + path.replace("`", "``") + "`"
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _find(schema: pa.Schema, name: str) -> str | None:
+    low = name.lower()
+    return next((f.name for f in schema if f.name.lower() == low), None)
+
+
+def _stored_type(field: pa.Field) -> pa.DataType:
+    """The Arrow type a column of ``field``'s type reads back as from a Delta table."""
+    return pa.field(DeltaField.from_arrow(field.with_nullable(True)).to_arrow()).type
+
+
+def _rewrite_fn(transform: Callable[[pa.Table], pa.Table], schema: pa.Schema
+                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """``transform`` per Arrow batch on the executors, its output cast to ``schema`` (the declared one)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            out = transform(pa.Table.from_batches([batch]))
+            yield from out.select(schema.names).cast(schema).to_batches()
+
+    return run
+
+
+class SparkDeltaSink:
+    """Schema commits with delta-spark on ``spark``, reads and file operations through ``base``.
+
+    Not a whole :class:`~ticdc_delta.delta.sink.TableSink`: the ``spark`` engine makes the data commits
+    (MERGE) itself, so :meth:`merge` and :meth:`append` refuse.
+
+    Args:
+        base: the job's delta-rs sink (table locations, reads, DROP / RENAME TABLE).
+        spark: the Spark session (with Delta Lake's SQL extension and catalog).
+        type_widening: ``sink.type_widening``: widen column types in place where Delta can (the table gets
+            the ``typeWidening`` feature, which delta-rs 1.x cannot scan).
+        retry: runs one attempt again after a Delta conflict (the engine's ``sink.conflict_retries``).
+    """
+
+    def __init__(self, base: DeltaRsSink, spark: Any, *, type_widening: bool = False,
+                 retry: Callable[[str, Callable[[], Any]], Any] | None = None) -> None:
+        self.base = base
+        self.spark = spark
+        self.type_widening = type_widening
+        self._retry = retry or (lambda what, attempt: attempt())
+
+    # --- delegated: locations, reads, file operations ---------------------------------------------------
+
+    def table_path(self, schema: str, table: str) -> str:
+        """See :meth:`DeltaRsSink.table_path`.
+
+        Raises:
+            IdentifierError: a name no location can hold.
+        """
+        return self.base.table_path(schema, table)
+
+    def table_schema(self, ident: TableIdent) -> pa.Schema | None:
+        """See :meth:`DeltaRsSink.table_schema` (delta-rs reads the log of every table this sink writes).
+
+        Raises:
+            SinkError: the table cannot be read.
+        """
+        return self.base.table_schema(ident)
+
+    def tables_in_schema(self, schema: str) -> list[TableIdent]:
+        """See :meth:`DeltaRsSink.tables_in_schema`."""
+        return self.base.tables_in_schema(schema)
+
+    def drop(self, ident: TableIdent) -> bool:
+        """See :meth:`DeltaRsSink.drop` (files removed, log first).
+
+        Raises:
+            SinkError: the files cannot be removed.
+        """
+        return self.base.drop(ident)
+
+    def move(self, old: TableIdent, new: TableIdent) -> bool:
+        """See :meth:`DeltaRsSink.move` (a directory rename on local storage).
+
+        Raises:
+            SinkError: the new location is taken, or the files cannot be moved.
+        """
+        return self.base.move(old, new)
+
+    def read(self, ident: TableIdent) -> pa.Table:
+        """See :meth:`DeltaRsSink.read`.
+
+        Raises:
+            SinkError: the table is missing or cannot be read.
+        """
+        return self.base.read(ident)
+
+    def merge(self, ident: TableIdent, changes: pa.Table, key_columns: Sequence[str], txn: Txn) -> MergeStats:
+        """Not here: the ``spark`` engine merges with ``DeltaTable.merge`` itself.
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError("SparkDeltaSink makes schema commits only; the spark engine runs the MERGE")
+
+    def append(self, ident: TableIdent, rows: pa.Table, txn: Txn) -> MergeStats:
+        """Not here: the ``spark`` engine appends with DataFrame writes itself.
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError("SparkDeltaSink makes schema commits only; the spark engine appends")
+
+    # --- helpers ----------------------------------------------------------------------------------------
+
+    def _require(self, ident: TableIdent) -> RsTable:
+        dt = self.base.snapshot(ident)
+        if dt is None:
+            raise SinkError(f"no Delta table at {self.table_path(*ident)} (create it with ensure_table first)")
+        return dt
+
+    def _alter(self, path: str, clause: str) -> None:
+        self.spark.sql(f"ALTER TABLE {_sql_table(path)} {clause}")
+
+    def _column_change(self, what: str, ident: TableIdent, txn: Txn,
+                       act: Callable[[RsTable, pa.Schema, str], bool]) -> bool:
+        """Run ``act(snapshot, schema, path)`` unless the table has committed ``txn`` or a later version."""
+        txn = check_txn(txn)
+        path = self.table_path(*ident)
+
+        def attempt() -> bool:
+            dt = self._require(ident)
+            if already_applied(dt, txn):
+                return False
+            return act(dt, pa.schema(dt.schema().to_arrow()), path)
+
+        return bool(self._retry(f"{what} {path}", attempt))
+
+    # --- schema commits ---------------------------------------------------------------------------------
+
+    def ensure_table(self, ident: TableIdent, arrow_schema: pa.Schema, partition_by: Sequence[str] | None,
+                     txn: Txn) -> bool:
+        """Create the table with column mapping ``name`` if it is missing; ``True`` when this call created it.
+
+        Raises:
+            TypeError/ValueError: not a schema, a partition column not in it, the reserved ``_op`` column.
+            SinkError: the table cannot be created.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        from delta.tables import DeltaTable
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        if not isinstance(arrow_schema, pa.Schema):
+            raise TypeError(f"arrow_schema must be a pyarrow.Schema, got {type(arrow_schema).__name__}")
+        parts = list(partition_by or [])
+        for name in parts:
+            if arrow_schema.get_field_index(name) < 0:
+                raise ValueError(f"partition column {name!r} is not in the schema {arrow_schema.names}")
+        if OP_COLUMN in arrow_schema.names:
+            raise ValueError(f"{OP_COLUMN!r} is reserved for merge operations and cannot be a table column")
+        check_txn(txn)
+        path = self.table_path(*ident)
+        if self.base.snapshot(ident) is not None:
+            return False
+        builder = (DeltaTable.createIfNotExists(self.spark).location(path)
+                   .addColumns(from_arrow_schema(arrow_schema, prefer_timestamp_ntz=True)))
+        if parts:
+            builder = builder.partitionedBy(*parts)
+        for key, value in COLUMN_MAPPING_PROPERTIES.items():
+            builder = builder.property(key, value)
+        self._retry(f"create {path}", builder.execute)
+        return True
+
+    def add_columns(self, ident: TableIdent, fields: Sequence[pa.Field], txn: Txn) -> list[str]:
+        """``ALTER TABLE ADD COLUMNS`` for the columns of ``fields`` the table does not have yet (nullable);
+        the names added. Names compare case-insensitively, as MySQL column names do.
+
+        Raises:
+            TypeError/ValueError: bad arguments.
+            SinkError: the table is missing, or has a column of that name with another type or case.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        from pyspark.sql.pandas.types import from_arrow_type
+
+        wanted = list(fields)
+        for f in wanted:
+            if not isinstance(f, pa.Field):
+                raise TypeError(f"fields must be pyarrow.Field, got {type(f).__name__}")
+            if f.name == OP_COLUMN:
+                raise ValueError(f"{OP_COLUMN!r} is reserved for merge operations and cannot be a table column")
+        check_txn(txn)
+        path = self.table_path(*ident)
+
+        def attempt() -> list[str]:
+            existing = {f.name.lower(): f for f in self._require(ident).schema().to_arrow()}
+            new: list[pa.Field] = []
+            for f in wanted:
+                have = existing.get(f.name.lower())
+                if have is None:
+                    new.append(f)
+                    existing[f.name.lower()] = pa.field(f.name, _stored_type(f))
+                elif have.name != f.name or pa.field(have).type != _stored_type(f):
+                    raise SinkError(f"{path}: cannot add column {f.name!r} {_stored_type(f)}: the table has "
+                                    f"{have.name!r} {pa.field(have).type}")
+            if new:
+                columns = ", ".join(
+                    f"{_quote(f.name)} {from_arrow_type(f.type, prefer_timestamp_ntz=True).simpleString()}"
+                    for f in new)
+                self._alter(path, f"ADD COLUMNS ({columns})")
+            return [f.name for f in new]
+
+        return list(self._retry(f"add columns to {path}", attempt))
+
+    def drop_column(self, ident: TableIdent, name: str, txn: Txn) -> bool:
+        """DROP COLUMN ``name`` (the table's spelling): in place on a column-mapping table, else a rewrite.
+
+        Raises:
+            ValueError: bad ``txn``.
+            SinkError: the table is missing.
+            ConcurrentCommitError: other writers kept winning.
+        """
+
+        def act(dt: RsTable, schema: pa.Schema, path: str) -> bool:
+            if name not in schema.names:
+                return False
+            if not _column_mapping(dt):
+                return self._rewrite_now(dt, path, lambda t: t.drop_columns([name]), txn)
+            self._alter(path, f"DROP COLUMN {_quote(name)}")
+            return True
+
+        return self._column_change("drop column of", ident, txn, act)
+
+    def rename_column(self, ident: TableIdent, old: str, new: str, txn: Txn) -> bool:
+        """RENAME COLUMN ``old`` (the table's spelling) to ``new``: in place on a column-mapping table, else a
+        rewrite. Done already when ``old`` is gone or ``new`` is there.
+
+        Raises:
+            ValueError: bad ``txn``.
+            SinkError: the table is missing.
+            ConcurrentCommitError: other writers kept winning.
+        """
+
+        def act(dt: RsTable, schema: pa.Schema, path: str) -> bool:
+            if old not in schema.names or old == new:
+                return False
+            there = _find(schema, new)
+            if there is not None and there != old:
+                return False  # renamed by an earlier attempt (and `old` added again since)
+            if not _column_mapping(dt) or old.lower() == new.lower():
+                # a change of case only: Delta's RENAME COLUMN compares names case-insensitively
+                rename = lambda t: t.rename_columns([new if n == old else n for n in t.column_names])  # noqa: E731
+                return self._rewrite_now(dt, path, rename, txn)
+            self._alter(path, f"RENAME COLUMN {_quote(old)} TO {_quote(new)}")
+            return True
+
+        return self._column_change("rename column of", ident, txn, act)
+
+    def change_column_type(self, ident: TableIdent, name: str, new_type: pa.DataType, txn: Txn) -> bool:
+        """Column ``name`` (the table's spelling) as the wider ``new_type``: with ``type_widening``, in place
+        where Delta can widen it (:func:`delta_widens_in_place`), else a rewrite with a cast.
+
+        Raises:
+            ValueError: bad ``txn``.
+            SinkError: the table is missing, or a value cannot be cast.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        from pyspark.sql.pandas.types import from_arrow_type
+
+        def act(dt: RsTable, schema: pa.Schema, path: str) -> bool:
+            if name not in schema.names:
+                return False
+            old_type = schema.field(name).type
+            if old_type == _stored_type(pa.field(name, new_type)):
+                return False
+            if not (self.type_widening and delta_widens_in_place(old_type, new_type)):
+                return self._rewrite_now(dt, path, cast_column(name, new_type), txn)
+            if dt.metadata().configuration.get(TYPE_WIDENING_PROPERTY) != "true":
+                self._alter(path, f"SET TBLPROPERTIES ('{TYPE_WIDENING_PROPERTY}' = 'true')")
+            spark_type = from_arrow_type(new_type, prefer_timestamp_ntz=True).simpleString()
+            self._alter(path, f"ALTER COLUMN {_quote(name)} TYPE {spark_type}")
+            log.info("widened %s of %s from %s to %s in place (Delta type widening)", name, path, old_type, new_type)
+            return True
+
+        return self._column_change("change a column type of", ident, txn, act)
+
+    # --- data rewrites ----------------------------------------------------------------------------------
+
+    def rewrite(self, ident: TableIdent, transform: Callable[[pa.Table], pa.Table], txn: Txn) -> bool:
+        """Replace the table's rows and schema with ``transform(rows)`` in one overwrite commit carrying
+        ``txn`` (skipped when committed); ``transform`` runs per Arrow batch on the executors, so it must be
+        row-wise and picklable. Partitioning is kept. ``True`` when this call rewrote the table.
+
+        Raises:
+            ValueError: bad ``txn``.
+            SinkError: the table is missing.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        txn = check_txn(txn)
+        path = self.table_path(*ident)
+
+        def attempt() -> bool:
+            dt = self._require(ident)
+            if already_applied(dt, txn):
+                return False
+            return self._rewrite_now(dt, path, transform, txn)
+
+        return bool(self._retry(f"rewrite {path}", attempt))
+
+    def _rewrite_now(self, dt: RsTable, path: str, transform: Callable[[pa.Table], pa.Table], txn: Txn) -> bool:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        current = pa.schema(dt.schema().to_arrow())
+        target = transform(current.empty_table()).schema
+        spark_schema = from_arrow_schema(target, prefer_timestamp_ntz=True)
+        rows = self.spark.read.format("delta").load(path).mapInArrow(_rewrite_fn(transform, target), spark_schema)
+        parts = [c for c in dt.metadata().partition_columns if c in target.names]
+        writer = (rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+                  .option("txnAppId", txn.app_id).option("txnVersion", str(txn.version)))
+        if parts:
+            writer = writer.partitionBy(*parts)
+        writer.save(path)
+        return True
+
+    def overwrite_empty(self, ident: TableIdent, txn: Txn) -> bool:
+        """TRUNCATE: one overwrite commit with no rows (schema and partitioning kept) carrying ``txn``.
+
+        Raises:
+            ValueError: bad ``txn``.
+            SinkError: the table is missing.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        txn = check_txn(txn)
+        path = self.table_path(*ident)
+
+        def attempt() -> bool:
+            if already_applied(self._require(ident), txn):
+                return False
+            (self.spark.read.format("delta").load(path).limit(0).write.format("delta").mode("overwrite")
+             .option("txnAppId", txn.app_id).option("txnVersion", str(txn.version)).save(path))
+            return True
+
+        return bool(self._retry(f"truncate {path}", attempt))
+
+
+def _column_mapping(dt: RsTable) -> bool:
+    return dt.metadata().configuration.get("delta.columnMapping.mode", "none") in ("name", "id")
