@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 JARS   := .jars
 JARS_STAMP := $(JARS)/.fetched-stamp
 
-.PHONY: install mariadb demo test test-fast bench bench-decode bench-e2e soak lint clean
+.PHONY: install mariadb demo test test-fast bench bench-decode bench-e2e bench-cores bench-latency soak lint clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,7 +49,8 @@ test: $(STAMP) $(JARS_STAMP) mariadb
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not integration"
 
-## figures: decode throughput per protocol and end-to-end Kafka → Delta rates
+## figures: decode throughput per protocol, end-to-end Kafka → Delta rates of both engines (and the spark
+## engine under local[1] vs local[2]), per-batch fixed cost and resolved-ts → visible latency
 bench: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python -m ticdc_delta.bench all
 
@@ -58,6 +59,12 @@ bench-decode: $(STAMP)
 
 bench-e2e: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python -m ticdc_delta.bench e2e
+
+bench-cores: $(STAMP) $(JARS_STAMP)
+	$(BIN)/python -m ticdc_delta.bench cores
+
+bench-latency: $(STAMP) $(JARS_STAMP)
+	$(BIN)/python -m ticdc_delta.bench latency
 
 ## long crash/restart soak (SIGKILL at random moments until done)
 soak: $(STAMP) $(JARS_STAMP)

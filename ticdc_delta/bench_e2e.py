@@ -12,15 +12,26 @@ The stream is generated here, straight in TiCDC's canal-json layout (checked by 
 real decoder), because the full simulator encodes far slower than the job reads: 60 % inserts, 30 %
 updates, 10 % deletes over a growing key space of one 10-column table, rows dispatched by key hash,
 ``TIDB_WATERMARK`` broadcast every 2000 changes.
+
+Both engines (``sink.engine: delta-rs`` and ``spark``) run in the same process, one after the other, each
+on its own checkpoint and tables; for each, the driver's peak RSS growth during its run (``VmRSS`` of this
+Python process, and of the Spark JVM it started, sampled every 50 ms; peak − before the run). The Spark
+master is fixed per JVM: :func:`run_cores` compares masters by running this benchmark in one subprocess
+per master.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +40,10 @@ import orjson
 from .codec import DecodeContext, decoder_for
 from .local_broker import LocalBroker
 
-__all__ = ["run_e2e", "generate_stream"]
+__all__ = ["ENGINES", "CanalStream", "PeakRss", "generate_stream", "run_cores", "run_e2e"]
+
+#: the two values of ``sink.engine``, in the order they are measured
+ENGINES = ("delta-rs", "spark")
 
 _MYSQL = {"id": "bigint", "user_id": "int", "amount": "decimal", "price": "double", "status": "varchar",
           "note": "varchar", "created": "datetime", "day": "date", "qty": "smallint", "flag": "tinyint"}
@@ -44,31 +58,51 @@ def _row(i: int, version: int) -> dict[str, str]:
             "qty": str((i + version) % 300), "flag": str(version % 2)}
 
 
-def generate_stream(events: int, partitions: int, *, seed: int = 1) -> tuple[list[list[bytes]], dict[int, dict]]:
-    """Per-partition canal-json messages and the expected final rows (id → row)."""
-    import random
+class CanalStream:
+    """TiCDC canal-json changes of one 10-column table, generated one at a time.
 
-    rnd = random.Random(seed)
-    per_part: list[list[bytes]] = [[] for _ in range(partitions)]
-    live: dict[int, dict[str, str]] = {}
-    versions: dict[int, int] = {}
-    keys: list[int] = []
-    next_id = 0
-    ts = 446_000_000_000_000_000
-    base = {"id": 0, "database": "bench", "table": "orders", "pkNames": ["id"], "isDdl": False,
-            "es": 0, "ts": 0, "sql": "", "sqlType": _SQL, "mysqlType": _MYSQL}
-    for n in range(events):
-        ts += 1 << 18
-        r = rnd.random()
+    60 % inserts, 30 % updates, 10 % deletes over a growing key space; each change goes to the partition
+    of its key's hash, as TiCDC's default dispatcher does. ``live`` holds the expected final rows
+    (id → row) of everything generated so far.
+
+    Args:
+        partitions: the topic's partitions.
+        seed: the random stream's seed.
+        ts: the first commit ts (TSO); ``None`` takes commit ts from the clock (``now << 18``, strictly
+            increasing), as a live TiDB cluster would.
+    """
+
+    def __init__(self, partitions: int, *, seed: int = 1, ts: int | None = 446_000_000_000_000_000) -> None:
+        import random
+
+        self.partitions = partitions
+        self.live: dict[int, dict[str, str]] = {}
+        self.ts = ts if ts is not None else 0
+        self._clock = ts is None
+        self._rnd = random.Random(seed)
+        self._versions: dict[int, int] = {}
+        self._keys: list[int] = []
+        self._next_id = 0
+        self._base = {"id": 0, "database": "bench", "table": "orders", "pkNames": ["id"], "isDdl": False,
+                      "es": 0, "ts": 0, "sql": "", "sqlType": _SQL, "mysqlType": _MYSQL}
+
+    def change(self) -> tuple[int, bytes]:
+        """The next change: (partition, canal-json message)."""
+        if self._clock:
+            self.ts = max(self.ts + 1, int(time.time() * 1000) << 18)
+        else:
+            self.ts += 1 << 18
+        ts, base, keys, live, versions = self.ts, self._base, self._keys, self.live, self._versions
+        r = self._rnd.random()
         if r < 0.6 or len(keys) < 100:
-            i, next_id = next_id, next_id + 1
+            i, self._next_id = self._next_id, self._next_id + 1
             versions[i] = 0
             row = _row(i, 0)
             msg = {**base, "type": "INSERT", "data": [row], "old": None}
             live[i] = row
             keys.append(i)
         else:
-            pos = rnd.randrange(len(keys))
+            pos = self._rnd.randrange(len(keys))
             i = keys[pos]
             if r < 0.9:
                 old = live[i]
@@ -82,15 +116,90 @@ def generate_stream(events: int, partitions: int, *, seed: int = 1) -> tuple[lis
                 keys.pop()
         msg["_tidb"] = {"commitTs": ts}
         msg["es"] = msg["ts"] = ts >> 18
-        per_part[zlib.crc32(str(i).encode()) % partitions].append(orjson.dumps(msg))
+        return zlib.crc32(str(i).encode()) % self.partitions, orjson.dumps(msg)
+
+    def watermark(self) -> bytes:
+        """A ``TIDB_WATERMARK`` message resolving everything generated so far (to send to every partition)."""
+        ts = self.ts
+        return orjson.dumps({"id": 0, "database": "", "table": "", "pkNames": None, "isDdl": False,
+                             "type": "TIDB_WATERMARK", "es": ts >> 18, "ts": ts >> 18, "sql": "",
+                             "sqlType": None, "mysqlType": None, "data": None, "old": None,
+                             "_tidb": {"watermarkTs": ts}})
+
+
+def generate_stream(events: int, partitions: int, *, seed: int = 1) -> tuple[list[list[bytes]], dict[int, dict]]:
+    """Per-partition canal-json messages (a watermark on every partition after each 2000 changes and at
+    the end) and the expected final rows (id → row)."""
+    stream = CanalStream(partitions, seed=seed)
+    per_part: list[list[bytes]] = [[] for _ in range(partitions)]
+    for n in range(events):
+        part, msg = stream.change()
+        per_part[part].append(msg)
         if n % 2000 == 1999 or n == events - 1:
-            wm = orjson.dumps({"id": 0, "database": "", "table": "", "pkNames": None, "isDdl": False,
-                               "type": "TIDB_WATERMARK", "es": ts >> 18, "ts": ts >> 18, "sql": "",
-                               "sqlType": None, "mysqlType": None, "data": None, "old": None,
-                               "_tidb": {"watermarkTs": ts}})
+            wm = stream.watermark()
             for p in range(partitions):
                 per_part[p].append(wm)
-    return per_part, live
+    return per_part, stream.live
+
+
+class PeakRss:
+    """Samples the resident set (``VmRSS``) of this process and of ``pids`` every ``interval`` seconds
+    from a thread, while in the ``with`` block; ``growth`` is peak − the value at entry, in bytes."""
+
+    def __init__(self, pids: Sequence[int] = (), interval: float = 0.05) -> None:
+        self._pids = ["self", *map(str, pids)]
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.before: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+
+    @staticmethod
+    def _rss(pid: str) -> int:
+        try:
+            with open(f"/proc/{pid}/status", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+
+    def _sample(self) -> None:
+        for pid in self._pids:
+            self.peak[pid] = max(self.peak.get(pid, 0), self._rss(pid))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._sample()
+
+    def __enter__(self) -> "PeakRss":
+        self.before = {pid: self._rss(pid) for pid in self._pids}
+        self.peak = dict(self.before)
+        self._thread = threading.Thread(target=self._loop, name="peak-rss", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+
+    def growth(self, pid: int | str = "self") -> int:
+        """Peak − before for ``pid`` (``"self"``: this process), in bytes."""
+        key = str(pid)
+        return self.peak.get(key, 0) - self.before.get(key, 0)
+
+
+def jvm_pid(spark: Any) -> int | None:
+    """The pid of the Spark JVM this Python process started (None under spark-submit or remote)."""
+    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    return getattr(proc, "pid", None)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:+,.0f} MiB"
 
 
 def _produce(broker: LocalBroker, topic: str, per_part: list[list[bytes]]) -> float:
@@ -108,15 +217,18 @@ def _produce(broker: LocalBroker, topic: str, per_part: list[list[bytes]]) -> fl
     return time.monotonic() - t0
 
 
-def _config(broker: LocalBroker, topic: str, work: Path, name: str, max_offsets: int) -> Any:
+def _config(broker: LocalBroker, topic: str, work: Path, name: str, max_offsets: int, *,
+            engine: str = "delta-rs", master: str | None = None, **extra: Any) -> Any:
     from .config import config_from_mapping
 
     return config_from_mapping({
         "changefeed": name,
         "source": {"bootstrap_servers": broker.bootstrap_servers, "topic": topic, "protocol": "canal-json",
                    "options": {"enable-tidb-extension": "true"}, "max_offsets_per_trigger": max_offsets},
-        "sink": {"path": str(work / name / "lake")},
+        "sink": {"path": str(work / name / "lake"), "engine": engine},
         "checkpoint": str(work / name / "ckpt"),
+        **({"spark": {"master": master}} if master else {}),
+        **extra,
     })
 
 
@@ -206,19 +318,37 @@ def _source_rate(spark: Any, broker: LocalBroker, topic: str, work: Path) -> tup
     return seen[0], time.monotonic() - t0
 
 
-def run_e2e(*, events: int = 1_000_000, partitions: int = 4, max_offsets: int = 250_000) -> int:
-    """Run the benchmark and print the figures; returns 0, or 1 if the job's tables are wrong."""
+def run_e2e(*, events: int = 1_000_000, partitions: int = 4, max_offsets: int = 250_000,
+            engines: Sequence[str] = ENGINES, master: str | None = None, source: bool = True,
+            baseline: bool = True, summary: str | None = None) -> int:
+    """Run the benchmark and print the figures; returns 0, or 1 if an engine's table is wrong.
+
+    Args:
+        engines: the ``sink.engine`` values to measure, in this order, each on its own tables.
+        master: the Spark master (``local[2]`` when None); fixed for the life of this process's JVM.
+        source: also measure the raw Kafka read rate.
+        baseline: also measure the append-only baseline (the ratio needs it).
+        summary: write the figures as JSON to this path (for :func:`run_cores`).
+
+    Raises:
+        ValueError: an unknown engine.
+    """
+    from .delta.sink import TableIdent
     from .spark.batch_handler import _ConfiguredSink
     from .spark.job import build_handler, spark_for
-    from .delta.sink import TableIdent
 
+    for engine in engines:
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     work = Path(tempfile.mkdtemp(prefix="ticdc-delta-bench-"))
+    figures: dict[str, Any] = {"events": events, "master": master or "local[2]", "engines": {}}
     try:
         t0 = time.monotonic()
         per_part, expected = generate_stream(events, partitions)
         sample = decoder_for("canal-json", {"enable-tidb-extension": "true"}).decode(
             None, per_part[0][0], DecodeContext("bench", 0, 0))
-        assert sample and sample[0].kind == "row"  # noqa: S101 - the layout is the real one
+        if not sample or sample[0].kind != "row":
+            raise RuntimeError("the generated canal-json layout no longer decodes as a row change")
         messages = sum(len(p) for p in per_part)
         print(f"generated {events:,} changes ({messages:,} messages, {partitions} partitions) "
               f"in {time.monotonic() - t0:.1f} s")
@@ -226,30 +356,88 @@ def run_e2e(*, events: int = 1_000_000, partitions: int = 4, max_offsets: int = 
             topic = "bench-canal"
             secs = _produce(broker, topic, per_part)
             print(f"produced to the local broker in {secs:.1f} s ({messages / secs:,.0f} msg/s)")
-            cfg = _config(broker, topic, work, "job", max_offsets)
-            spark = spark_for(cfg)
+            spark = spark_for(_config(broker, topic, work, "warm", max_offsets, master=master))
+            jvm = jvm_pid(spark)
+            print(f"spark    : master {spark.sparkContext.master}, {os.cpu_count()} cores on this machine")
             # warm up: JVM, Python workers and their imports, so the figures below are steady-state
             warm = "bench-warmup"
             broker.create_topic(warm, partitions=len(per_part))
             broker.produce_many(warm, ((p, None, per_part[p][0]) for p in range(len(per_part))))
             _source_rate(spark, broker, warm, work / "warm")
-            n, secs = _source_rate(spark, broker, topic, work)
-            print(f"source   : {n:,} messages in {secs:.1f} s = {n / secs:,.0f} messages/s (raw Kafka read)")
-            job_secs = _timed_run(cfg, spark, build_handler(cfg))
-            job_rate = events / job_secs
-            print(f"job      : {events:,} changes in {job_secs:.1f} s = {job_rate:,.0f} changes/s "
-                  f"(decode, gating, collapse, MERGE, state)")
-            base_cfg = _config(broker, topic, work, "baseline", max_offsets)
-            handler = _baseline_handler(base_cfg)
-            base_secs = _timed_run(base_cfg, spark, handler)
-            base_rate = events / base_secs
-            print(f"baseline : {handler.counts['rows']:,} rows in {base_secs:.1f} s = {base_rate:,.0f} changes/s "
-                  f"(decode + plain append)")
-            print(f"ratio    : {job_rate / base_rate:.2f} (job / baseline)")
-            got = _ConfiguredSink(cfg).read(TableIdent("bench", "orders"))
-            ok = got.num_rows == len(expected) and set(got.column("id").to_pylist()) == set(expected)
-            print(f"check    : job table has {got.num_rows:,} rows, expected {len(expected):,}: "
-                  f"{'OK' if ok else 'MISMATCH'}")
-            return 0 if ok else 1
+            if source:
+                n, secs = _source_rate(spark, broker, topic, work)
+                print(f"source   : {n:,} messages in {secs:.1f} s = {n / secs:,.0f} messages/s (raw Kafka read)")
+            base_rate = None
+            if baseline:
+                base_cfg = _config(broker, topic, work, "baseline", max_offsets, master=master)
+                handler = _baseline_handler(base_cfg)
+                base_secs = _timed_run(base_cfg, spark, handler)
+                base_rate = events / base_secs
+                figures["baseline_per_s"] = base_rate
+                print(f"baseline : {handler.counts['rows']:,} rows in {base_secs:.1f} s = {base_rate:,.0f} changes/s "
+                      f"(decode + plain append)")
+            ok_all = True
+            for engine in engines:
+                cfg = _config(broker, topic, work, f"job-{engine}", max_offsets, engine=engine, master=master)
+                with PeakRss([jvm] if jvm else []) as rss:
+                    job_secs = _timed_run(cfg, spark, build_handler(cfg))
+                job_rate = events / job_secs
+                got = _ConfiguredSink(cfg).read(TableIdent("bench", "orders"))
+                ok = got.num_rows == len(expected) and set(got.column("id").to_pylist()) == set(expected)
+                ok_all &= ok
+                figures["engines"][engine] = {
+                    "per_s": job_rate, "seconds": job_secs, "driver_rss_growth": rss.growth(),
+                    "driver_rss_peak": rss.peak["self"],
+                    "jvm_rss_growth": rss.growth(jvm) if jvm else None, "ok": ok,
+                    "vs_baseline": job_rate / base_rate if base_rate else None}
+                print(f"job {engine:<8}: {events:,} changes in {job_secs:.1f} s = {job_rate:,.0f} changes/s "
+                      f"(decode, gating, collapse, MERGE, state)"
+                      + (f", {job_rate / base_rate:.2f} of the baseline" if base_rate else ""))
+                print(f"  memory : driver RSS peak − before {_mib(rss.growth())} "
+                      f"(peak {rss.peak['self'] / 2**20:,.0f} MiB)"
+                      + (f", Spark JVM RSS peak − before {_mib(rss.growth(jvm))} "
+                         f"(peak {rss.peak[str(jvm)] / 2**20:,.0f} MiB)" if jvm else ""))
+                print(f"  check  : {engine} table has {got.num_rows:,} rows, expected {len(expected):,}: "
+                      f"{'OK' if ok else 'MISMATCH'}")
+            if summary:
+                Path(summary).write_text(json.dumps(figures))
+            return 0 if ok_all else 1
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def run_cores(*, events: int = 100_000, masters: Sequence[str] = ("local[1]", "local[2]"),
+              engines: Sequence[str] = ("spark",), partitions: int = 4, max_offsets: int = 250_000) -> int:
+    """The e2e benchmark once per Spark master, each in its own Python process (a JVM's master is fixed),
+    then the figures side by side; returns 0, or 1 if a run failed or a table was wrong."""
+    rows: list[tuple[str, dict[str, Any] | None]] = []
+    rc = 0
+    with tempfile.TemporaryDirectory(prefix="ticdc-delta-bench-cores-") as tmp:
+        for master in masters:
+            out = Path(tmp) / "summary.json"
+            out.unlink(missing_ok=True)
+            print(f"--- e2e with master {master} (subprocess) ---", flush=True)
+            cmd = [sys.executable, "-m", "ticdc_delta.bench", "e2e", "--master", master, "--events", str(events),
+                   "--partitions", str(partitions), "--max-offsets", str(max_offsets), "--no-source",
+                   "--engines", *engines, "--summary-json", str(out)]
+            code = subprocess.call(cmd)
+            rc = rc or int(code != 0)
+            rows.append((master, json.loads(out.read_text()) if out.exists() else None))
+    print(f"how it scales with cores ({events:,} changes; baseline = decode + plain append):")
+    print(f"{'master':<10} {'baseline ch/s':>14} " + " ".join(f"{e + ' ch/s':>14} {'vs base':>8}" for e in engines))
+    for master, fig in rows:
+        if fig is None:
+            print(f"{master:<10} (failed)")
+            continue
+        base = fig.get("baseline_per_s")
+        cells = []
+        for e in engines:
+            f = fig["engines"].get(e, {})
+            cells.append(f"{f.get('per_s', 0):>14,.0f} {f.get('vs_baseline') or 0:>8.2f}")
+        print(f"{master:<10} {base or 0:>14,.0f} " + " ".join(cells))
+    if len(rows) >= 2 and all(f is not None for _, f in rows):
+        first, last = rows[0][1], rows[-1][1]
+        for e in engines:
+            a, b = first["engines"][e]["per_s"], last["engines"][e]["per_s"]  # type: ignore[index]
+            print(f"{e}: {rows[-1][0]} / {rows[0][0]} = {b / a:.2f}x")
+    return rc

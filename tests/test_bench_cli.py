@@ -1,0 +1,77 @@
+"""The bench CLI parses its arguments and its small pure helpers hold (no broker, no Spark; no timings)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ticdc_delta import bench
+from ticdc_delta.bench_e2e import CanalStream, PeakRss, generate_stream
+from ticdc_delta.bench_latency import percentile
+
+
+@pytest.mark.parametrize(
+    ("argv", "command", "expected"),
+    [
+        (["e2e", "--events", "100", "--engines", "spark", "--master", "local[1]", "--no-source"], "e2e",
+         {"events": 100, "engines": ["spark"], "master": "local[1]", "no_source": True, "no_baseline": False}),
+        (["e2e"], "e2e", {"engines": ["delta-rs", "spark"], "master": None}),
+        (["cores", "--events", "1000"], "cores", {"events": 1000, "masters": ["local[1]", "local[2]"],
+                                                  "engines": ["spark"]}),
+        (["latency", "--engine", "delta-rs", "--seconds", "15", "--rate", "500"], "latency",
+         {"engines": ["delta-rs"], "seconds": 15.0, "rate": 500, "batches": 10}),
+    ],
+)
+def test_bench_cli_parses(argv: list[str], command: str, expected: dict[str, Any],
+                          monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    def capture(args: Any) -> int:
+        seen.update(vars(args))
+        return 0
+
+    monkeypatch.setattr(bench, f"_cmd_{command}", capture)
+    # the parser binds the command functions when main() runs, so the patched one is called
+    assert bench.main(argv) == 0
+    for key, value in expected.items():
+        assert seen[key] == value, key
+
+
+def test_bench_cli_rejects_an_unknown_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["latency", "--engine", "duckdb"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'duckdb'" in capsys.readouterr().err
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 95) == 95.0
+    assert percentile([3.0], 95) == 3.0
+    with pytest.raises(ValueError, match="no values"):
+        percentile([], 50)
+
+
+def test_generated_stream_matches_the_incremental_one() -> None:
+    per_part, live = generate_stream(5000, 3)
+    stream = CanalStream(3)
+    again: list[list[bytes]] = [[], [], []]
+    for n in range(5000):
+        part, msg = stream.change()
+        again[part].append(msg)
+        if n % 2000 == 1999 or n == 4999:
+            for p in range(3):
+                again[p].append(stream.watermark())
+    assert again == per_part and stream.live == live
+
+
+def test_peak_rss_sees_growth() -> None:
+    with PeakRss(interval=0.01) as rss:
+        block = bytearray(64 * 2**20)
+        block[::4096] = b"x" * len(block[::4096])
+        import time
+
+        time.sleep(0.1)
+    assert rss.growth() >= 32 * 2**20
