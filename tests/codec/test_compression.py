@@ -5,11 +5,12 @@ from __future__ import annotations
 import pickle
 import struct
 
+import cramjam
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from ticdc_delta.codec import decoder_for, encoder_for
-from ticdc_delta.codec.compression import compress, compression_option, decompress
+from ticdc_delta.codec.compression import MAX_DECOMPRESSED, compress, compression_option, decompress
 from ticdc_delta.codec.model import DecodeContext
 from ticdc_delta.errors import CompressionError, DecodeError
 
@@ -76,6 +77,101 @@ def test_forged_snappy_length_is_refused_before_allocation() -> None:
     forged = bytes([0xFF, 0xFF, 0xFF, 0xFF, 0x0F]) + b"\x00" * 10  # declares 4 GiB
     with pytest.raises(CompressionError, match="declares 4294967295 uncompressed bytes"):
         decompress("snappy", forged, "canal-json")
+
+
+def test_forged_snappy_length_beyond_what_the_block_can_hold_is_refused() -> None:
+    """A length under the limit, but more than 20 bytes of snappy can expand to (64 bytes per 3-byte copy)."""
+    forged = bytes([0x80, 0x80, 0x80, 0x40]) + b"\x00" * 16  # declares 128 MiB in 20 bytes
+    with pytest.raises(CompressionError, match="declares 134217728 uncompressed bytes, more than a snappy "
+                                               "block of 20 bytes can hold"):
+        decompress("snappy", forged, "canal-json")
+
+
+@pytest.mark.parametrize("algorithm", ["lz4", "snappy"])
+def test_most_compressible_values_still_decompress(algorithm: str) -> None:
+    """The size checks are upper bounds: zeros, the best case of both algorithms, pass them."""
+    data = b"\x00" * (8 << 20)
+    assert decompress(algorithm, compress(algorithm, data), "p") == data
+
+
+def _xxh32(data: bytes) -> int:
+    """xxHash32 with seed 0 of fewer than 16 bytes: the LZ4 frame header checksum, for hand-made frames."""
+    p1, p2, p3, p4, p5, m = 2654435761, 2246822519, 3266489917, 668265263, 374761393, 0xFFFFFFFF
+    rotl = lambda x, r: ((x << r) | (x >> (32 - r))) & m  # noqa: E731
+    h, i = (p5 + len(data)) & m, 0
+    while i + 4 <= len(data):
+        h = (rotl((h + struct.unpack_from("<I", data, i)[0] * p3) & m, 17) * p4) & m
+        i += 4
+    for byte in data[i:]:
+        h = (rotl((h + byte * p5) & m, 11) * p1) & m
+    h = ((h ^ (h >> 15)) * p2) & m
+    h = ((h ^ (h >> 13)) * p3) & m
+    return h ^ (h >> 16)
+
+
+def _lz4_frame(blocks: list[bytes], *, content_size: int | None = None, raw: bool = False) -> bytes:
+    """An LZ4 frame of independent 4 MiB-maximum ``blocks`` (compressed, or stored with ``raw``), as
+    pierrec/lz4's writer (TiCDC's) makes them."""
+    flg = 0x40 | 0x20 | (0x08 if content_size is not None else 0)
+    descriptor = bytes([flg, 0x70]) + (b"" if content_size is None else struct.pack("<Q", content_size))
+    body = b"".join(struct.pack("<I", len(b) | (0x80000000 if raw else 0)) + b for b in blocks)
+    return struct.pack("<I", 0x184D2204) + descriptor + bytes([(_xxh32(descriptor) >> 8) & 0xFF]) + body + bytes(4)
+
+
+# one 4 MiB block of zeros: 16 KiB compressed
+_ZEROS_BLOCK = bytes(cramjam.lz4.compress_block(b"\x00" * (4 << 20), store_size=False))
+
+
+def test_hand_made_lz4_frames_are_real_frames() -> None:
+    assert _xxh32(b"") == 0x02CC5D05 and _xxh32(b"abc") == 0x32D153FF  # xxHash's published values
+    assert decompress("lz4", _lz4_frame([_ZEROS_BLOCK] * 2, content_size=8 << 20), "p") == b"\x00" * (8 << 20)
+    assert decompress("lz4", _lz4_frame([b"abc", b"de"], raw=True), "p") == b"abcde"
+
+
+def _message(protocol: str, value: bytes) -> tuple[bytes | None, bytes]:
+    """A Kafka message of ``protocol`` whose (only) compressed value is ``value``."""
+    if protocol == "canal-json":
+        return None, value
+    (real,) = encoder_for(protocol, {"max-batch-size": "4", "large-message-handle-compression": "lz4"}).encode(
+        cases.ROW_EVENTS[:1])
+    return real.key, struct.pack(">Q", len(value)) + value
+
+
+@pytest.mark.parametrize("protocol, options", [("open-protocol", {"max-batch-size": "4"}), ("canal-json", EXT)])
+def test_lz4_bomb_is_refused_from_its_block_headers(protocol: str, options: dict[str, str]) -> None:
+    """2 MiB of blocks that would decompress to 520 MiB: refused before decompressing (were it decompressed,
+    the error would say how many bytes came out), a decode error at the message's coordinates."""
+    bomb = _lz4_frame([_ZEROS_BLOCK] * 130)
+    assert len(bomb) < 2200 * 1024 and 130 * (4 << 20) > MAX_DECOMPRESSED
+    decoder = decoder_for(protocol, {**options, "large-message-handle-compression": "lz4"})
+    with pytest.raises(CompressionError, match=rf"tidb-cdc\[2\]@77: .*\({len(bomb)} bytes, "
+                                               r"large-message-handle-compression=lz4\) holds LZ4 blocks that can "
+                                               r"decompress to more than the 536870912 bytes allowed \(counted "
+                                               r"from the block headers before decompressing\)"):
+        decoder.decode(*_message(protocol, bomb), CTX)
+
+
+def test_lz4_declared_content_size_is_refused_before_decompressing() -> None:
+    tiny = _lz4_frame([b"x"], content_size=4 << 30, raw=True)  # 24 bytes declaring 4 GiB
+    with pytest.raises(CompressionError, match=r"claim-check object 'o' \(24 bytes, large-message-handle-"
+                                               r"compression=lz4\) is an LZ4 frame that declares 4294967296 "
+                                               r"uncompressed bytes, more than the 536870912 allowed"):
+        decompress("lz4", tiny, "canal-json", "claim-check object 'o'")
+
+
+def test_lz4_frame_structure_is_checked() -> None:
+    frame = compress("lz4", b"abc")
+    skippable = struct.pack("<II", 0x184D2A55, 3) + b"xyz"
+    assert decompress("lz4", skippable + frame + frame, "p") == b"abcabc"  # what the lz4 decoder accepts
+    with pytest.raises(CompressionError, match=rf"no LZ4 frame magic at byte {len(frame)}"):
+        decompress("lz4", frame + b"junk", "p")
+    oversized = _lz4_frame([b"y" * ((4 << 20) + 1)], raw=True)
+    with pytest.raises(CompressionError, match="LZ4 block of 4194305 bytes, more than the frame's 4194304 maximum"):
+        decompress("lz4", oversized, "p")
+    with pytest.raises(CompressionError, match="truncated LZ4 block"):
+        decompress("lz4", _lz4_frame([b"abc"], raw=True)[:-6], "p")
+    with pytest.raises(CompressionError, match="LZ4 frame version 0, expected 1"):
+        decompress("lz4", frame[:4] + bytes([frame[4] & 0x3F]) + frame[5:], "p")
 
 
 @settings(max_examples=200, deadline=None)

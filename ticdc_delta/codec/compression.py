@@ -16,6 +16,7 @@ error: the dead-letter table keeps the bytes), never a JSON error about UTF-8.
 
 from __future__ import annotations
 
+import struct
 from typing import Mapping
 
 import cramjam
@@ -27,11 +28,26 @@ __all__ = ["OPTION", "ALGORITHMS", "compression_option", "compress", "decompress
 OPTION = "large-message-handle-compression"
 ALGORITHMS = ("none", "lz4", "snappy")
 
-# A decompressed value larger than this is refused: a snappy block's declared length is checked before
-# anything is allocated (a forged length must not take the executor's memory); an LZ4 frame is checked
-# once decompressed (LZ4 expands at most ~255x). TiCDC's max-message-bytes default is 10 MB and
-# claim-check objects are single rows.
+# A decompressed value larger than this is refused before anything is allocated, so a small forged value
+# (a "bomb") cannot take an executor's memory: a snappy block's declared length is checked against this
+# and against what its size can expand to; an LZ4 frame's declared content size and the most its blocks
+# can produce (counted from the frame's block headers) are checked before it is decompressed. TiCDC's
+# max-message-bytes default is 10 MB, claim-check objects are single rows, and TiDB's
+# txn-entry-size-limit is at most 120 MB per row (JSON escaping can multiply that).
 MAX_DECOMPRESSED = 512 * 1024 * 1024
+
+# The most one compressed byte can expand to. Snappy: a 3-byte copy (tag + 2-byte offset) writes at most
+# 64 bytes, literals 1 per byte. LZ4: a match length extension byte of 255 adds 255 bytes, and no sequence
+# (token, offset, extension bytes) produces more than 255 bytes per byte of it.
+_SNAPPY_MAX_RATIO = 64 / 3
+_LZ4_MAX_RATIO = 255
+
+# LZ4 frame format (lz4/doc/lz4_Frame_format.md)
+_LZ4_MAGIC = 0x184D2204
+_LZ4_SKIPPABLE = 0x184D2A50  # ..0x184D2A5F: skippable frames, a 4-byte size and data the decoder skips
+_LZ4_BLOCK_MAX = {4: 64 * 1024, 5: 256 * 1024, 6: 1024 * 1024, 7: 4 * 1024 * 1024}
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
 
 
 def compression_option(options: Mapping[str, str] | None) -> str:
@@ -55,15 +71,99 @@ def compress(algorithm: str, data: bytes) -> bytes:
     return data
 
 
+class _Oversized(ValueError):
+    """A compressed value that would decompress to more than :data:`MAX_DECOMPRESSED` bytes."""
+
+
 def _snappy_length(data: bytes) -> int:
-    """The uncompressed length a raw snappy block declares (its leading varint)."""
+    """The uncompressed length a raw snappy block declares (its leading varint).
+
+    Raises:
+        _Oversized: more than :data:`MAX_DECOMPRESSED`.
+        ValueError: no valid varint, or more than a block of ``len(data)`` bytes can expand to.
+    """
     length = shift = 0
-    for i, byte in enumerate(data[:10]):
+    for byte in data[:10]:
         length |= (byte & 0x7F) << shift
         if byte < 0x80:
-            return length
+            break
         shift += 7
-    raise ValueError("snappy block does not start with a valid length varint")
+    else:
+        raise ValueError("snappy block does not start with a valid length varint")
+    if length > MAX_DECOMPRESSED:
+        raise _Oversized(f"declares {length} uncompressed bytes, more than the {MAX_DECOMPRESSED} allowed")
+    if length > len(data) * _SNAPPY_MAX_RATIO:
+        raise ValueError(f"declares {length} uncompressed bytes, more than a snappy block of {len(data)} "
+                         f"bytes can hold")
+    return length
+
+
+def _lz4_check_size(data: bytes) -> None:
+    """Refuse LZ4 frames that could decompress to more than :data:`MAX_DECOMPRESSED` bytes, before any is
+    decompressed: the frame's declared content size (the decoder checks it only at the end), then the most
+    its blocks can produce, read from the block headers: an uncompressed block its size, a compressed one
+    ``min(block maximum, 255 x its size)`` (the decoder never writes more than the block maximum). A
+    writer fills every block but a frame's last, so for a real frame the bound exceeds the output by less
+    than one block. Concatenated and skippable frames are walked as the decoder reads them.
+
+    Raises:
+        _Oversized: the frames declare or hold more than :data:`MAX_DECOMPRESSED` bytes.
+        ValueError: not a well-formed LZ4 frame (magic, version, block maximum, truncated blocks).
+    """
+    size = len(data)
+    bound = 0
+    pos = 0
+    while pos < size:
+        if pos + 4 > size:
+            raise ValueError(f"truncated LZ4 frame magic at byte {pos}")
+        (magic,) = _U32.unpack_from(data, pos)
+        if magic & 0xFFFFFFF0 == _LZ4_SKIPPABLE:
+            if pos + 8 > size:
+                raise ValueError(f"truncated skippable frame at byte {pos}")
+            pos += 8 + _U32.unpack_from(data, pos + 4)[0]
+            continue
+        if magic != _LZ4_MAGIC:
+            raise ValueError(f"no LZ4 frame magic at byte {pos}")
+        if pos + 7 > size:
+            raise ValueError("truncated LZ4 frame header")
+        flg, bd = data[pos + 4], data[pos + 5]
+        if flg >> 6 != 1:
+            raise ValueError(f"LZ4 frame version {flg >> 6}, expected 1")
+        block_max = _LZ4_BLOCK_MAX.get((bd >> 4) & 7)
+        if block_max is None:
+            raise ValueError(f"LZ4 frame block maximum size id {(bd >> 4) & 7}, expected 4 to 7")
+        pos += 6
+        if flg & 0x08:  # content size
+            if pos + 8 > size:
+                raise ValueError("truncated LZ4 frame header")
+            (declared,) = _U64.unpack_from(data, pos)
+            if declared > MAX_DECOMPRESSED:
+                raise _Oversized(f"is an LZ4 frame that declares {declared} uncompressed bytes, more than the "
+                                 f"{MAX_DECOMPRESSED} allowed")
+            pos += 8
+        if flg & 0x01:  # dictionary id
+            pos += 4
+        pos += 1  # header checksum (the decoder checks it)
+        block_checksum = 4 if flg & 0x10 else 0
+        while True:
+            if pos + 4 > size:
+                raise ValueError("truncated LZ4 frame: no end mark")
+            (word,) = _U32.unpack_from(data, pos)
+            pos += 4
+            if word == 0:
+                break
+            length = word & 0x7FFFFFFF
+            if length > block_max:
+                raise ValueError(f"LZ4 block of {length} bytes, more than the frame's {block_max} maximum")
+            if pos + length + block_checksum > size:
+                raise ValueError("truncated LZ4 block")
+            bound += length if word & 0x80000000 else min(block_max, _LZ4_MAX_RATIO * length)
+            if bound > MAX_DECOMPRESSED:
+                raise _Oversized(f"holds LZ4 blocks that can decompress to more than the {MAX_DECOMPRESSED} "
+                                 f"bytes allowed (counted from the block headers before decompressing)")
+            pos += length + block_checksum
+        if flg & 0x04:  # content checksum
+            pos += 4
 
 
 def decompress(algorithm: str, data: bytes, protocol: str, what: str = "value") -> bytes:
@@ -71,18 +171,20 @@ def decompress(algorithm: str, data: bytes, protocol: str, what: str = "value") 
 
     Raises:
         CompressionError: not a valid frame / block of that algorithm, or larger than
-            :data:`MAX_DECOMPRESSED` once decompressed. ``protocol`` and ``what`` name it in the message.
+            :data:`MAX_DECOMPRESSED` (refused before it is decompressed). ``protocol`` and ``what`` name it
+            in the message; the caller adds the message's coordinates.
     """
     if algorithm == "none":
         return data
     try:
         if algorithm == "snappy":
-            size = _snappy_length(data)
-            if size > MAX_DECOMPRESSED:
-                raise ValueError(f"declares {size} uncompressed bytes, more than the {MAX_DECOMPRESSED} allowed")
+            _snappy_length(data)
             out = bytes(cramjam.snappy.decompress_raw(data))
         else:
+            _lz4_check_size(data)
             out = bytes(cramjam.lz4.decompress(data))
+    except _Oversized as exc:
+        raise CompressionError(protocol, f"{what} ({len(data)} bytes, {OPTION}={algorithm}) {exc}") from None
     except (cramjam.DecompressionError, ValueError, TypeError) as exc:
         head = bytes(data[:8]).hex(" ")
         raise CompressionError(
