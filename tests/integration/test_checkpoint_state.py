@@ -10,10 +10,9 @@ compared with the simulator's oracle.
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -28,31 +27,13 @@ from ticdc_delta.spark.batch_handler import _ConfiguredSink
 from ticdc_delta.spark.job import build_handler, run_job
 from ticdc_delta.verify import compare_with_oracle
 
+if TYPE_CHECKING:
+    from tests.integration.conftest import ProgressLines
+
 pytestmark = pytest.mark.integration
 
 CANAL = {"enable-tidb-extension": "true"}
 FORGED = (1 << 63) - 1
-
-
-class _Progress(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[dict[str, Any]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(json.loads(record.getMessage()))
-
-
-@pytest.fixture
-def progress() -> Any:
-    handler = _Progress()
-    log = logging.getLogger("ticdc_delta.progress")
-    old = log.level
-    log.setLevel(logging.INFO)
-    log.addHandler(handler)
-    yield handler
-    log.removeHandler(handler)
-    log.setLevel(old)
 
 
 def _setup(broker: Any, topic: str, tmp: Path, *, events: int = 500, seed: int = 21,
@@ -90,7 +71,7 @@ def _watermark(ts: int) -> bytes:
 
 
 def test_forged_watermark_is_dead_lettered_and_later_rows_still_apply(
-    broker: Any, spark: Any, tmp_path: Path, unique_name: Any, progress: _Progress
+    broker: Any, spark: Any, tmp_path: Path, unique_name: Any, progress: ProgressLines
 ) -> None:
     topic = unique_name("forged-wm")
     oracle, messages, cfg, _ = _setup(broker, topic, tmp_path)
@@ -160,7 +141,7 @@ def test_state_deleted_stops_then_reset_from_earliest_rebuilds(
 
 
 def test_reset_to_explicit_offsets_starts_there_in_a_new_epoch(
-    broker: Any, spark: Any, tmp_path: Path, unique_name: Any, progress: _Progress
+    broker: Any, spark: Any, tmp_path: Path, unique_name: Any, progress: ProgressLines
 ) -> None:
     topic = unique_name("reset-offsets")
     oracle, messages, cfg, yaml_path = _setup(broker, topic, tmp_path, events=200)

@@ -7,10 +7,9 @@ between batches and at every stage of a batch; garbage messages to the dead-lett
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pytest
@@ -23,6 +22,9 @@ from ticdc_delta.spark.batch_handler import FAULT_ENV, InjectedFault, _Configure
 from ticdc_delta.spark.job import build_handler, run_job
 from ticdc_delta.verify import compare_with_oracle
 
+if TYPE_CHECKING:
+    from tests.integration.conftest import ProgressLines
+
 pytestmark = pytest.mark.integration
 
 PROTOCOLS = {
@@ -31,29 +33,6 @@ PROTOCOLS = {
     "canal-json": {"enable-tidb-extension": "true"},
     "avro": {"enable-tidb-extension": "true"},
 }
-
-
-class _Progress(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[dict[str, Any]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        import json
-
-        self.lines.append(json.loads(record.getMessage()))
-
-
-@pytest.fixture
-def progress() -> Any:
-    handler = _Progress()
-    log = logging.getLogger("ticdc_delta.progress")
-    old = log.level
-    log.setLevel(logging.INFO)
-    log.addHandler(handler)
-    yield handler
-    log.removeHandler(handler)
-    log.setLevel(old)
 
 
 def _stream(broker: Any, topic: str, protocol: str, tmp: Path, *, events: int, seed: int = 3,
@@ -101,7 +80,7 @@ def _assert_matches(cfg: Any, oracle: Any) -> None:
 
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
 def test_protocol_end_to_end(protocol: str, broker: Any, spark: Any, tmp_path: Path, unique_name: Any,
-                             progress: _Progress) -> None:
+                             progress: ProgressLines) -> None:
     topic = unique_name(f"e2e-{protocol}")
     oracle, source = _stream(broker, topic, protocol, tmp_path, events=1500)
     counts = oracle.counts
@@ -168,7 +147,7 @@ def test_restart_after_a_fault_at_each_stage(stage: str, broker: Any, spark: Any
 
 
 def test_stop_between_batches_and_resume(broker: Any, spark: Any, tmp_path: Path, unique_name: Any,
-                                        progress: _Progress) -> None:
+                                        progress: ProgressLines) -> None:
     """Half the stream, a stopped job, the other half, a restarted job: the oracle, nothing twice."""
     from ticdc_delta.simulator.output import MemorySink
 

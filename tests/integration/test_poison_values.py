@@ -7,11 +7,10 @@ anything is committed with an error naming all of it."""
 from __future__ import annotations
 
 import json
-import logging
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pytest
@@ -19,6 +18,9 @@ from deltalake import DeltaTable, write_deltalake
 
 from ticdc_delta.config import config_from_mapping
 from ticdc_delta.errors import UnwritableValueError
+
+if TYPE_CHECKING:
+    from tests.integration.conftest import ProgressLines
 
 pytestmark = pytest.mark.integration
 
@@ -73,27 +75,6 @@ def _messages(extension: bool) -> list[bytes]:
     return out + [json.dumps(watermark).encode()]
 
 
-class _Progress(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[dict[str, Any]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(json.loads(record.getMessage()))
-
-
-@pytest.fixture
-def progress() -> Iterator[_Progress]:
-    handler = _Progress()
-    log = logging.getLogger("ticdc_delta.progress")
-    old = log.level
-    log.setLevel(logging.INFO)
-    log.addHandler(handler)
-    yield handler
-    log.removeHandler(handler)
-    log.setLevel(old)
-
-
 def _setup(broker: Any, tmp: Path, topic: str, extension: bool = False, engine: str = "delta-rs",
            **dead_letter: Any) -> Any:
     from ticdc_delta.local_broker import wait_for_high_watermarks
@@ -118,7 +99,7 @@ def _rows(path: str) -> dict[int, dict[str, Any]]:
 @pytest.mark.parametrize("extension", [False, True], ids=["offset-order", "watermark"])
 def test_bad_values_go_to_the_dead_letter_table_once_and_the_rest_applies(
     extension: bool, engine: str, broker: Any, spark: Any, tmp_path: Path, unique_name: Any, monkeypatch: pytest.MonkeyPatch,
-    progress: _Progress,
+    progress: ProgressLines,
 ) -> None:
     from ticdc_delta.spark.batch_handler import FAULT_ENV, InjectedFault
     from ticdc_delta.spark.job import run_job
