@@ -202,6 +202,18 @@ def test_an_unreachable_upstream_is_retried_then_transient(mariadb: UpstreamSett
     assert pauses == [0.01, 0.02]
 
 
+def test_a_connection_the_server_refuses_is_a_config_error(mariadb: UpstreamSettings) -> None:
+    """A MariaDB without time zone tables refuses a named session time zone: every lookup would fail the
+    same way, so the job stops (ConfigError) rather than dead-lettering each row."""
+    from dataclasses import replace
+
+    from ticdc_delta.errors import ConfigError
+
+    bad = UpstreamLookup(replace(mariadb, time_zone="Mars/Olympus_Mons"), attempts=2, sleep=lambda s: None)
+    with pytest.raises(ConfigError, match=r"refused the connection: .*(?i:time zone)"):
+        bad.fetch("hk_full", "t", [("id", 1)], 1 << 18, "open-protocol")
+
+
 def _produce(broker: Any, topic: str, messages: list[tuple[int, bytes | None, bytes | None]]) -> None:
     from ticdc_delta.local_broker import wait_for_high_watermarks
 
@@ -216,11 +228,11 @@ def _produce(broker: Any, topic: str, messages: list[tuple[int, bytes | None, by
 def test_the_job_lands_handle_key_only_rows_read_from_the_upstream(
         mariadb: UpstreamSettings, broker: Any, spark: Any, tmp_path: Path, unique_name: Any) -> None:
     """Real broker, Spark and Delta: the handle-key-only stream lands as the oracle says; a row the upstream
-    lacks goes to the dead-letter table (counted), never applied; without source.upstream (strict) the job
-    stops on the first key-only row, naming the option, and commits nothing."""
+    lacks goes to the dead-letter table (counted), never applied. With an upstream that does not answer the
+    job stops with a retryable error and commits nothing. (Without source.upstream: test_large_messages.py's
+    test_handle_key_only_is_never_applied runs the job; the message naming the option is checked above.)"""
     from ticdc_delta.config import config_from_mapping
     from ticdc_delta.delta.sink import read_table
-    from ticdc_delta.errors import DecodeError
     from ticdc_delta.spark.batch_handler import _ConfiguredSink
     from ticdc_delta.spark.job import run_job
     from ticdc_delta.verify import compare_with_oracle
@@ -237,11 +249,12 @@ def test_the_job_lands_handle_key_only_rows_read_from_the_upstream(
     source = {"bootstrap_servers": broker.bootstrap_servers, "topic": topic, "protocol": "canal-json",
               "options": options}
 
-    strict = config_from_mapping({"changefeed": "hko", "source": source, "sink": {"path": str(tmp_path / "strict")},
-                                  "checkpoint": str(tmp_path / "strict-ckpt"), "dead_letter": {"fail_on_error": True}})
-    with pytest.raises(DecodeError, match="handle-key-only.*set source.upstream"):
-        run_job(strict, once=True, spark=spark)
-    assert not (tmp_path / "strict-ckpt" / "state").exists()
+    down = config_from_mapping({"changefeed": "hko", "sink": {"path": str(tmp_path / "down")},
+                                "source": {**source, "upstream": f"mysql://root@127.0.0.1:{_free_port()}/"},
+                                "checkpoint": str(tmp_path / "down-ckpt")})
+    with pytest.raises(UpstreamUnavailableError, match=r"failed 4 times reading the handle-key-only row"):
+        run_job(down, once=True, spark=spark)  # retryable: the CLI exits 75
+    assert not (tmp_path / "down-ckpt" / "state").exists() and not Path(down.dead_letter_path).exists()
 
     dsn = f"mysql://{mariadb.user}@{mariadb.host}:{mariadb.port}/?connect_timeout=5"
     cfg = config_from_mapping({"changefeed": "hko", "source": {**source, "upstream": dsn},

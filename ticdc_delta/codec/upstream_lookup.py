@@ -357,7 +357,14 @@ class UpstreamLookup:
 
     def _open(self) -> Any:
         if self._conn is None:
-            conn = self._call(lambda: self._connect(self.settings))
+            import pymysql
+
+            try:
+                conn = self._call(lambda: self._connect(self.settings))
+            except pymysql.err.MySQLError as exc:  # the server answered, and said no (e.g. an unknown time_zone)
+                raise ConfigError(
+                    f"source.upstream {self.settings.describe()} refused the connection: {preview(str(exc))}"
+                ) from None
             try:
                 version = self._query(conn, "SELECT VERSION()", ())[0][0]
             except BaseException:
