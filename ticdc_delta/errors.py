@@ -173,7 +173,7 @@ class LargeMessageError(DecodeError):
 
 class HandleKeyOnlyError(LargeMessageError):
     """A ``handle-key-only`` message: only the handle key of a row too large for Kafka was sent; the rest
-    of the row exists only in the upstream TiDB."""
+    of the row exists only in the upstream TiDB, and no ``source.upstream`` is configured to read it."""
 
 
 class ClaimCheckError(LargeMessageError):

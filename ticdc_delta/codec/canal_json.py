@@ -690,6 +690,9 @@ class CanalJsonDecoder:
             ClaimCheckError: a claim-check reference without ``claim-check-storage-uri``, or whose object
                 is missing or invalid.
             ClaimCheckUnavailableError: the claim-check storage kept failing (transient).
+            UpstreamRowError: a handle-key-only row the upstream (``upstream``) has no row for at its
+                commit ts.
+            UpstreamUnavailableError: the upstream kept failing (transient).
         """
         if self._compression != "none" and value is not None:
             # TiCDC compresses the whole value of every Canal-JSON message

@@ -512,7 +512,9 @@ class OpenProtocolDecoder:
             FramingError: missing or short version word, or key/value entry counts that disagree.
             UnsupportedVersionError: a version other than 1.
             TruncatedMessageError: a length prefix pointing past the end.
-            DecodeError: an entry that is not a valid event.
+            DecodeError: an entry that is not a valid event (:class:`~ticdc_delta.errors.UpstreamRowError`:
+                a handle-key-only row the upstream has no row for at its commit ts).
+            UpstreamUnavailableError: the upstream kept failing (transient).
         """
         try:
             return self._decode(key, value, ctx)
@@ -664,7 +666,8 @@ class OpenProtocolDecoder:
         self, k: dict[str, Any], v: bytes, i: int, schema: str, table: str, ts: int, claimed: bool
     ) -> str | None:
         """The claim-check location of a row entry that TiCDC's large-message handling reduced to its
-        handle key, when this decoder has the claim-check storage; otherwise refuse the entry.
+        handle key, when this decoder has the claim-check storage; otherwise refuse the entry (unless it is
+        handle-key-only and this decoder has an upstream lookup: :meth:`_upstream_row` completes it).
 
         A handle-key-only DELETE passes (None): deleting by the handle key is the whole change (TiCDC's
         ``delete-only-output-handle-key-columns`` and old-value-off deletes look the same).
@@ -672,7 +675,7 @@ class OpenProtocolDecoder:
         Raises:
             ClaimCheckError: a claim-check reference (``"ccl"``) without ``claim-check-storage-uri``, or
                 one inside a claim-check object (``claimed``).
-            HandleKeyOnlyError: a handle-key-only row (``"ohk": true``).
+            HandleKeyOnlyError: a handle-key-only INSERT/UPDATE (``"ohk": true``) and no upstream lookup.
             _Bad: the flags are of the wrong JSON type.
         """
         where = f"row {i} of {schema}.{table} at commit ts {ts}"
