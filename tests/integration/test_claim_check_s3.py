@@ -35,12 +35,13 @@ BUCKET = "cdc-claim-check"
 def s3_server() -> Iterator[dict[str, str]]:
     """moto's S3 on a free 127.0.0.1 port that only answers requests signed by its one IAM user (so a
     reader without the credentials fails); yields the endpoint and that user's keys, with the bucket made."""
-    pytest.importorskip("moto.server", reason="needs moto[server] (the test extra)")
-    import boto3
+    import boto3  # moto[server] (the test extra) brings boto3
     from moto.server import ThreadedMotoServer
     from pyarrow import fs as pafs
 
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request in a failure's log
+    werkzeug = logging.getLogger("werkzeug")
+    level = werkzeug.level
+    werkzeug.setLevel(logging.WARNING)  # not a line per request in a failure's log
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -68,6 +69,7 @@ def s3_server() -> Iterator[dict[str, str]]:
     finally:
         set_auth("inf")
         server.stop()
+        werkzeug.setLevel(level)
 
 
 def test_claim_check_on_s3_lands_exactly(s3_server: dict[str, str], broker: Any, tmp_path: Path,
@@ -91,6 +93,10 @@ def test_claim_check_on_s3_lands_exactly(s3_server: dict[str, str], broker: Any,
     s3, root = pafs.FileSystem.from_uri(uri)
     stored = [f for f in s3.get_file_info(pafs.FileSelector(root)) if f.type == pafs.FileType.File]
     assert len(stored) > 10  # many rows really went through the bucket
+    stranger = pafs.S3FileSystem(access_key="AKIASTRANGER", secret_key="x", region="us-east-1",
+                                 endpoint_override=s3_server["endpoint"], scheme="http")
+    with pytest.raises(OSError, match="ACCESS_DENIED"):  # the bucket is readable with the credentials only
+        stranger.open_input_stream(stored[0].path).read()
     # one more reference (compressed, as every value), to an object the bucket does not hold
     missing = f"s3://{BUCKET}/changefeed-1/test-t1-1-not-stored.json"
     sink = KafkaSink(broker.bootstrap_servers, topic, 2)
