@@ -10,7 +10,14 @@ executor's per-event work (``record_from_event`` + ``dump_record``).
 ``python -m ticdc_delta.bench e2e`` — Kafka → Delta end to end for a canal-json stream (default 1M row
 events) on the local broker: changes/s with gating + MERGE, the same job with a plain append of the
 decoded rows instead (the limit for this source and decoder), their ratio, and the raw Kafka read rate of
-the source.
+the source — for both engines (``--engines delta-rs spark``), with each engine's driver peak RSS growth.
+
+``python -m ticdc_delta.bench cores`` — the spark engine's e2e under ``local[1]`` and ``local[2]`` (one
+subprocess per master), side by side.
+
+``python -m ticdc_delta.bench latency`` — per engine, the fixed cost of a micro-batch of one change, and
+the time from a resolved ts being produced to its rows being visible under a steady load
+(:mod:`ticdc_delta.bench_latency`).
 """
 
 from __future__ import annotations
@@ -160,10 +167,28 @@ def _cmd_decode(args: argparse.Namespace) -> int:
 def _cmd_e2e(args: argparse.Namespace) -> int:
     from .bench_e2e import run_e2e
 
-    return run_e2e(events=args.events, partitions=args.partitions, max_offsets=args.max_offsets)
+    return run_e2e(events=args.events, partitions=args.partitions, max_offsets=args.max_offsets,
+                   engines=args.engines, master=args.master, source=not args.no_source,
+                   baseline=not args.no_baseline, summary=args.summary_json)
+
+
+def _cmd_cores(args: argparse.Namespace) -> int:
+    from .bench_e2e import run_cores
+
+    return run_cores(events=args.events, masters=args.masters, engines=args.engines,
+                     partitions=args.partitions, max_offsets=args.max_offsets)
+
+
+def _cmd_latency(args: argparse.Namespace) -> int:
+    from .bench_latency import run_latency
+
+    return run_latency(engines=args.engines, seconds=args.seconds, rate=args.rate, batches=args.batches,
+                       partitions=args.partitions, master=args.master)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .bench_e2e import ENGINES
+
     parser = argparse.ArgumentParser(prog="python -m ticdc_delta.bench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
     d = sub.add_parser("decode", help="decode throughput per protocol")
@@ -173,20 +198,48 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--records", action="store_true",
                    help="also turn each event into the executor -> driver record (pickled)")
     d.set_defaults(func=_cmd_decode)
-    e = sub.add_parser("e2e", help="Kafka → Delta end to end (canal-json)")
+    e = sub.add_parser("e2e", help="Kafka → Delta end to end (canal-json), both engines")
     e.add_argument("--events", type=int, default=1_000_000)
     e.add_argument("--partitions", type=int, default=4)
     e.add_argument("--max-offsets", type=int, default=250_000)
+    e.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
+    e.add_argument("--master", default=None, help="Spark master (default local[2])")
+    e.add_argument("--no-source", action="store_true", help="skip the raw Kafka read rate")
+    e.add_argument("--no-baseline", action="store_true", help="skip the append-only baseline")
+    e.add_argument("--summary-json", default=None, help=argparse.SUPPRESS)
     e.set_defaults(func=_cmd_e2e)
-    a = sub.add_parser("all", help="decode, then e2e")
+    c = sub.add_parser("cores", help="e2e per Spark master (local[1] vs local[2]), one subprocess each")
+    c.add_argument("--events", type=int, default=200_000)
+    c.add_argument("--partitions", type=int, default=4)
+    c.add_argument("--max-offsets", type=int, default=250_000)
+    c.add_argument("--masters", nargs="+", default=["local[1]", "local[2]"])
+    c.add_argument("--engines", nargs="+", choices=ENGINES, default=["spark"])
+    c.set_defaults(func=_cmd_cores)
+    lat = sub.add_parser("latency", help="per-batch fixed cost and resolved-ts → visible latency")
+    lat.add_argument("--engines", "--engine", nargs="+", choices=ENGINES, default=list(ENGINES))
+    lat.add_argument("--seconds", type=float, default=60.0, help="steady-state phase per engine")
+    lat.add_argument("--rate", type=int, default=2000, help="changes/s in the steady-state phase")
+    lat.add_argument("--batches", type=int, default=10, help="single-change batches for the fixed cost")
+    lat.add_argument("--partitions", type=int, default=4)
+    lat.add_argument("--master", default=None, help="Spark master (default local[2])")
+    lat.set_defaults(func=_cmd_latency)
+    a = sub.add_parser("all", help="decode, e2e (both engines), cores, latency")
     a.add_argument("--events", type=int, default=1_000_000)
+    a.add_argument("--cores-events", type=int, default=200_000)
+    a.add_argument("--seconds", type=float, default=60.0)
     a.set_defaults(func=None)
     args = parser.parse_args(argv)
     if args.what == "all":
-        rc = _cmd_decode(
-            argparse.Namespace(events=20000, repeat=5, protocols=list(PROTOCOL_OPTIONS), records=False)
-        )
-        return rc or _cmd_e2e(argparse.Namespace(events=args.events, partitions=4, max_offsets=250_000))
+        rcs = [
+            _cmd_decode(argparse.Namespace(events=20000, repeat=5, protocols=list(PROTOCOL_OPTIONS), records=False)),
+            _cmd_e2e(argparse.Namespace(events=args.events, partitions=4, max_offsets=250_000, engines=list(ENGINES),
+                                        master=None, no_source=False, no_baseline=False, summary_json=None)),
+            _cmd_cores(argparse.Namespace(events=args.cores_events, partitions=4, max_offsets=250_000,
+                                          masters=["local[1]", "local[2]"], engines=["spark"])),
+            _cmd_latency(argparse.Namespace(engines=list(ENGINES), seconds=args.seconds, rate=2000, batches=10,
+                                            partitions=4, master=None)),
+        ]
+        return max(rcs)
     return int(args.func(args))
 
 
