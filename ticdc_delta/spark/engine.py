@@ -28,6 +28,7 @@ Nothing on the driver grows with the number of rows in a batch.
 
 from __future__ import annotations
 
+import functools
 import logging
 import pickle
 import threading
@@ -52,7 +53,7 @@ from ..errors import ConcurrentCommitError, DecodeError, TerminalError
 from ..locations import child_location, fold_name
 from .decode import DECODED_SCHEMA, make_decode_fn
 
-__all__ = ["SparkEngine", "STAGING_SCHEMA", "staging_path", "is_conflict"]
+__all__ = ["SparkEngine", "STAGING_SCHEMA", "MERGE_SOURCE_HOOK", "staging_path", "is_conflict"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,13 @@ _CONFLICTS = (
     "ConcurrentTransactionException", "MetadataChangedException", "ProtocolChangedException",
     "ConcurrentWriteException", "DELTA_CONCURRENT",
 )
+
+
+MERGE_SOURCE_HOOK: Callable[[str], None] | None = None
+"""A test hook, ``None`` in production: called with the target table's path on the executors that convert
+a MERGE's source rows, that is after the MERGE has read its snapshot of the target and before it commits.
+A commit another writer makes there conflicts with the MERGE every time (the conflict tests). Must be
+picklable (it travels to the executors in the source's closure)."""
 
 
 def staging_path(checkpoint: str) -> str:
@@ -220,11 +228,15 @@ def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
 
 
 def _typed_fn(fields: list[tuple[str, str, int, int, Any]], meta: tuple[str, str] | None, upserts: bool,
-              tz: str, arrow_schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+              tz: str, arrow_schema: pa.Schema,
+              on_read: Callable[[], None] | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Final changes (pickled) → the target table's typed columns plus ``_op`` (the ``delta-rs`` applier's
-    conversion: :func:`~ticdc_delta.delta.arrow_types.converter_for` per column)."""
+    conversion: :func:`~ticdc_delta.delta.arrow_types.converter_for` per column). ``on_read``: see
+    :data:`MERGE_SOURCE_HOOK`."""
 
     def convert(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        if on_read is not None:
+            on_read()
         converters = [(name, converter_for(t, f, params, tz), arrow_type_for(t, f, params))
                       for _, name, t, f, params in fields]
         for b in batches:
@@ -603,12 +615,14 @@ class SparkEngine:
 
         ident = task["ident"]
         arrow: pa.Schema = task["arrow"]
+        hook = MERGE_SOURCE_HOOK
+        on_read = None if hook is None else functools.partial(hook, task["path"])
         source = (session.table(f"global_temp.{view}")
                   .filter((F.col("kind") == "change") & (F.col("schema") == ident.schema)
                           & (F.col("table") == ident.table) & (F.col("seg") == task["seg"]))
                   .select("payload")
                   .mapInArrow(_typed_fn(task["fields"], task["meta"], task["upserts"], self.cfg.sink.source_timezone,
-                                        arrow),
+                                        arrow, on_read),
                               from_arrow_schema(arrow, prefer_timestamp_ntz=True)))
         columns = [f.name for f in arrow if f.name != OP_COLUMN]
         cond = " AND ".join(f"t.{_quote(k)} <=> s.{_quote(k)}" for k in task["keys"])
