@@ -19,7 +19,7 @@ from ticdc_delta.status import collect_status
 from ticdc_delta.spark.batch_handler import FAULT_ENV, InjectedFault
 from ticdc_delta.spark.job import build_handler, run_job
 
-from .test_end_to_end import PROTOCOLS, _assert_matches, _snapshot, _stream, progress  # noqa: F401 - fixture
+from .test_end_to_end import PROTOCOLS, _assert_matches, _snapshot, _stream
 
 pytestmark = pytest.mark.integration
 
