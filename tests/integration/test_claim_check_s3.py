@@ -85,7 +85,7 @@ def test_claim_check_on_s3_lands_exactly(s3_server: dict[str, str], broker: Any,
         monkeypatch.setenv(name, value)
     uri = f"s3://{BUCKET}/changefeed-1?endpoint_override={s3_server['endpoint']}&scheme=http"
     opts = {"enable-tidb-extension": "true", "large-message-handle-compression": "lz4",
-            "large-message-handle-option": "claim-check", "max-message-bytes": "700",
+            "large-message-handle-option": "claim-check", "max-message-bytes": "1000",
             "claim-check-storage-uri": uri}
     topic = unique_name("cc-s3")
     result = simulate("canal-json", opts, seed=5, events=300, tables=2, partitions=2,

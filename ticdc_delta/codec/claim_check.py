@@ -123,6 +123,7 @@ class ClaimCheckStorage:
         self._sleep = sleep
         self._fs: Any = None
         self._root = ""
+        self._root_made = False
 
     def __getstate__(self) -> dict[str, Any]:
         return {"uri": self.uri, "attempts": self.attempts, "backoff": self.backoff}
@@ -145,8 +146,9 @@ class ClaimCheckStorage:
     def write(self, name: str, data: bytes) -> str:
         """Store ``data`` as object ``name`` (what TiCDC's claim-check writer does); returns its location."""
         fs, root = self._filesystem()
-        if root:
+        if root and not self._root_made:
             fs.create_dir(root, recursive=True)
+            self._root_made = True
         with fs.open_output_stream(f"{root}/{name}" if root else name) as stream:
             stream.write(data)
         return f"{_location_base(self.uri)}/{name}"
