@@ -7,6 +7,7 @@ file. Type widening (opt-in) does the same for a wider DECIMAL. delta-rs still r
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -121,16 +122,18 @@ def test_type_widening_widens_a_decimal_in_place(spark: Any, tmp_path: Path) -> 
 def test_rewrite_and_truncate_carry_the_batch_transaction(spark: Any, tmp_path: Path) -> None:
     sink = _table(spark, tmp_path)
 
-    def fill(table: pa.Table) -> pa.Table:
-        return table.append_column(pa.field("k", pa.string()), pa.array(["dflt"] * table.num_rows, pa.string()))
+    at = datetime(2024, 1, 2, 3, 4, 5, 123000)
+
+    def fill(table: pa.Table) -> pa.Table:  # ADD COLUMN `at` DATETIME(3) DEFAULT ...: a timestamp_ntz column
+        return table.append_column(pa.field("at", pa.timestamp("us")), pa.array([at] * table.num_rows, pa.timestamp("us")))
 
     assert sink.rewrite(T, fill, Txn("cf", 1))
     assert not sink.rewrite(T, fill, Txn("cf", 1))  # committed: a replay is skipped
-    assert [r["k"] for r in _rows_by_delta_rs(sink)] == ["dflt", "dflt"]
+    assert [r["at"] for r in _rows_by_delta_rs(sink)] == [at, at]
     assert sink.overwrite_empty(T, Txn("cf", 2))
     assert not sink.overwrite_empty(T, Txn("cf", 2))
     assert _rows_by_delta_rs(sink) == []
-    assert sink.table_schema(T).names == ["id", "a", "v", "d", "k"]
+    assert sink.table_schema(T).names == ["id", "a", "v", "d", "at"]
 
 
 def test_delta_widens_in_place_follows_delta_type_widening() -> None:

@@ -38,7 +38,7 @@ table no longer needs it (the column to drop is gone, the new name is there, the
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import pyarrow as pa
 from deltalake import DeltaTable as RsTable, Field as DeltaField
@@ -220,6 +220,13 @@ class SparkDeltaSink:
     def _alter(self, path: str, clause: str) -> None:
         self.spark.sql(f"ALTER TABLE {_sql_table(path)} {clause}")
 
+    def _support_types(self, dt: RsTable, path: str, types: Iterable[pa.DataType]) -> None:
+        """Add the ``timestampNtz`` table feature before a column of that type joins an existing table:
+        Delta enables it by itself only when a table is created (``DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT``)."""
+        if any(pa.types.is_timestamp(t) and t.tz is None for t in types) and \
+                "timestampNtz" not in (dt.protocol().writer_features or []):
+            self._alter(path, "SET TBLPROPERTIES ('delta.feature.timestampNtz' = 'supported')")
+
     def _column_change(self, what: str, ident: TableIdent, txn: Txn,
                        act: Callable[[RsTable, pa.Schema, str], bool]) -> bool:
         """Run ``act(snapshot, schema, path)`` unless the table has committed ``txn`` or a later version."""
@@ -290,7 +297,8 @@ class SparkDeltaSink:
         path = self.table_path(*ident)
 
         def attempt() -> list[str]:
-            existing = {f.name.lower(): f for f in self._require(ident).schema().to_arrow()}
+            dt = self._require(ident)
+            existing = {f.name.lower(): f for f in dt.schema().to_arrow()}
             new: list[pa.Field] = []
             for f in wanted:
                 have = existing.get(f.name.lower())
@@ -301,6 +309,7 @@ class SparkDeltaSink:
                     raise SinkError(f"{path}: cannot add column {f.name!r} {_stored_type(f)}: the table has "
                                     f"{have.name!r} {pa.field(have).type}")
             if new:
+                self._support_types(dt, path, (f.type for f in new))
                 columns = ", ".join(
                     f"{_quote(f.name)} {from_arrow_type(f.type, prefer_timestamp_ntz=True).simpleString()}"
                     for f in new)
@@ -372,6 +381,7 @@ class SparkDeltaSink:
                 return False
             if not (self.type_widening and delta_widens_in_place(old_type, new_type)):
                 return self._rewrite_now(dt, path, cast_column(name, new_type), txn)
+            self._support_types(dt, path, [new_type])
             if dt.metadata().configuration.get(TYPE_WIDENING_PROPERTY) != "true":
                 self._alter(path, f"SET TBLPROPERTIES ('{TYPE_WIDENING_PROPERTY}' = 'true')")
             spark_type = from_arrow_type(new_type, prefer_timestamp_ntz=True).simpleString()
@@ -410,6 +420,7 @@ class SparkDeltaSink:
         current = pa.schema(dt.schema().to_arrow())
         target = transform(current.empty_table()).schema
         spark_schema = from_arrow_schema(target, prefer_timestamp_ntz=True)
+        self._support_types(dt, path, target.types)
         rows = self.spark.read.format("delta").load(path).mapInArrow(_rewrite_fn(transform, target), spark_schema)
         parts = [c for c in dt.metadata().partition_columns if c in target.names]
         writer = (rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")

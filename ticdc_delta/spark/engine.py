@@ -14,8 +14,10 @@ batch the state holds and built the ts guard):
    final changes per (table, segment), the rows still held, and per table a few counters.
 4. Per segment, every table's final changes are applied with **one** ``DeltaTable.merge`` (tables of a
    segment concurrently, one Spark session per thread); the batch's DDL steps run between segments on the
-   driver (:mod:`ticdc_delta.delta.ddl_replay`, as in the ``delta-rs`` engine). Each MERGE carries the
-   app transaction ``(changefeed, N·1024 + step)`` through the session confs
+   driver (:mod:`ticdc_delta.delta.ddl_replay`, as in the ``delta-rs`` engine) with Delta Lake's own
+   operations (:class:`~ticdc_delta.spark.delta_sink.SparkDeltaSink`: tables created with column mapping,
+   ``ALTER TABLE`` for columns), which also create the tables and add the columns rows carry. Each MERGE
+   carries the app transaction ``(changefeed, N·1024 + step)`` through the session confs
    ``spark.databricks.delta.write.txnAppId``/``txnVersion``: after a crash the re-run skips what was
    committed, with the same numbering as the ``delta-rs`` engine.
 5. Rows still held are appended to the staging table (``<checkpoint>/staging``) tagged ``held_at = N``
@@ -52,6 +54,7 @@ from ..delta.value_check import ValueScreen
 from ..errors import ConcurrentCommitError, DecodeError, TerminalError
 from ..locations import child_location, fold_name
 from .decode import DECODED_SCHEMA, make_decode_fn
+from .delta_sink import SparkDeltaSink
 
 __all__ = ["SparkEngine", "STAGING_SCHEMA", "MERGE_SOURCE_HOOK", "staging_path", "is_conflict"]
 
@@ -504,8 +507,10 @@ class SparkEngine:
     def _apply(self, spark: Any, out: Any, metas: dict[int, list[tuple[str, str, dict]]],
                ddl_steps: tuple[DDLRecord, ...], batch_id: int) -> tuple[ApplyResult, DeltaApplier]:
         h = self.h
+        # table creation and DDL with Delta Lake's own operations (column mapping, ALTER TABLE)
+        sink = SparkDeltaSink(h.sink, spark, type_widening=self.cfg.sink.type_widening, retry=self._retry)
         applier = DeltaApplier(
-            h.sink, h._app_id, catalog=h._catalog, table_options=h._table_options,
+            sink, h._app_id, catalog=h._catalog, table_options=h._table_options,
             metadata_columns=((self.cfg.sink.metadata_columns.commit_ts, self.cfg.sink.metadata_columns.op)
                               if self.cfg.sink.metadata_columns else None),
             source_timezone=self.cfg.sink.source_timezone, ddl_handler=h._ddl_handler,
