@@ -212,6 +212,11 @@ def _measure(engine: str, broker: LocalBroker, spark: Any, work: Path, *, second
     finally:
         for query in spark.streams.active:
             if query.name == f"ticdc_delta_{name}".replace("-", "_"):
+                # the progress line is logged before Spark writes the batch to its commit log: stopping
+                # then interrupts that write (a harmless but loud trace), so wait for the trigger to end
+                deadline = time.monotonic() + 30
+                while query.status.get("isTriggerActive") and time.monotonic() < deadline:
+                    time.sleep(0.1)
                 query.stop()
         runner.join(120)
         progress_log.removeHandler(tap)
