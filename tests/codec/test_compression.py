@@ -194,3 +194,18 @@ def test_fuzz_mutated_compressed_values_give_only_decode_errors(data: st.DataObj
         decoder_for(protocol, opts).decode(message.key, bytes(buf), CTX)
     except DecodeError as exc:
         assert exc.offset == 77 and len(str(exc)) < 2000
+
+
+def test_open_protocol_entries_of_one_message_share_one_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each value entry of an Open Protocol batch is compressed on its own; together they may not decompress
+    past the limit either (a 10 MB batch of entries just under the limit each would otherwise add up to
+    gigabytes). Here the limit is lowered to 12 MiB and two entries of 8 MiB each come."""
+    monkeypatch.setattr("ticdc_delta.codec.open_protocol.MAX_DECOMPRESSED", 12 << 20)
+    opts = {"max-batch-size": "4", "large-message-handle-compression": "lz4"}
+    (real,) = encoder_for("open-protocol", opts).encode(cases.ROW_EVENTS[:2])
+    entry = _lz4_frame([_ZEROS_BLOCK] * 2)  # 8 MiB of zeros (not JSON: it would fail later, if at all)
+    value = b"".join(struct.pack(">Q", len(entry)) + entry for _ in range(2))
+    with pytest.raises(CompressionError, match=r"tidb-cdc\[2\]@77: .*value entry 1 \(\d+ bytes, large-message-"
+                                               r"handle-compression=lz4\) holds LZ4 blocks that can decompress to "
+                                               r"more than the 4194304 bytes allowed"):
+        decoder_for("open-protocol", opts).decode(real.key, value, CTX)

@@ -23,7 +23,7 @@ import cramjam
 
 from ..errors import CompressionError
 
-__all__ = ["OPTION", "ALGORITHMS", "compression_option", "compress", "decompress"]
+__all__ = ["OPTION", "ALGORITHMS", "MAX_DECOMPRESSED", "compression_option", "compress", "decompress"]
 
 OPTION = "large-message-handle-compression"
 ALGORITHMS = ("none", "lz4", "snappy")
@@ -75,7 +75,7 @@ class _Oversized(ValueError):
     """A compressed value that would decompress to more than :data:`MAX_DECOMPRESSED` bytes."""
 
 
-def _snappy_length(data: bytes) -> int:
+def _snappy_length(data: bytes, limit: int = MAX_DECOMPRESSED) -> int:
     """The uncompressed length a raw snappy block declares (its leading varint).
 
     Raises:
@@ -90,15 +90,15 @@ def _snappy_length(data: bytes) -> int:
         shift += 7
     else:
         raise ValueError("snappy block does not start with a valid length varint")
-    if length > MAX_DECOMPRESSED:
-        raise _Oversized(f"declares {length} uncompressed bytes, more than the {MAX_DECOMPRESSED} allowed")
+    if length > limit:
+        raise _Oversized(f"declares {length} uncompressed bytes, more than the {limit} allowed")
     if length > len(data) * _SNAPPY_MAX_RATIO:
         raise ValueError(f"declares {length} uncompressed bytes, more than a snappy block of {len(data)} "
                          f"bytes can hold")
     return length
 
 
-def _lz4_check_size(data: bytes) -> None:
+def _lz4_check_size(data: bytes, limit: int = MAX_DECOMPRESSED) -> None:
     """Refuse LZ4 frames that could decompress to more than :data:`MAX_DECOMPRESSED` bytes, before any is
     decompressed: the frame's declared content size (the decoder checks it only at the end), then the most
     its blocks can produce, read from the block headers: an uncompressed block its size, a compressed one
@@ -137,9 +137,9 @@ def _lz4_check_size(data: bytes) -> None:
             if pos + 8 > size:
                 raise ValueError("truncated LZ4 frame header")
             (declared,) = _U64.unpack_from(data, pos)
-            if declared > MAX_DECOMPRESSED:
+            if declared > limit:
                 raise _Oversized(f"is an LZ4 frame that declares {declared} uncompressed bytes, more than the "
-                                 f"{MAX_DECOMPRESSED} allowed")
+                                 f"{limit} allowed")
             pos += 8
         if flg & 0x01:  # dictionary id
             pos += 4
@@ -158,30 +158,33 @@ def _lz4_check_size(data: bytes) -> None:
             if pos + length + block_checksum > size:
                 raise ValueError("truncated LZ4 block")
             bound += length if word & 0x80000000 else min(block_max, _LZ4_MAX_RATIO * length)
-            if bound > MAX_DECOMPRESSED:
-                raise _Oversized(f"holds LZ4 blocks that can decompress to more than the {MAX_DECOMPRESSED} "
+            if bound > limit:
+                raise _Oversized(f"holds LZ4 blocks that can decompress to more than the {limit} "
                                  f"bytes allowed (counted from the block headers before decompressing)")
             pos += length + block_checksum
         if flg & 0x04:  # content checksum
             pos += 4
 
 
-def decompress(algorithm: str, data: bytes, protocol: str, what: str = "value") -> bytes:
-    """``data`` decompressed with ``algorithm`` (``none``: unchanged).
+def decompress(algorithm: str, data: bytes, protocol: str, what: str = "value", *,
+               limit: int = MAX_DECOMPRESSED) -> bytes:
+    """``data`` decompressed with ``algorithm`` (``none``: unchanged). ``limit``: the most bytes it may
+    decompress to (at most :data:`MAX_DECOMPRESSED`; a caller decompressing several values of one message
+    passes what is left of that budget).
 
     Raises:
         CompressionError: not a valid frame / block of that algorithm, or larger than
-            :data:`MAX_DECOMPRESSED` (refused before it is decompressed). ``protocol`` and ``what`` name it
+            ``limit`` (refused before it is decompressed). ``protocol`` and ``what`` name it
             in the message; the caller adds the message's coordinates.
     """
     if algorithm == "none":
         return data
     try:
         if algorithm == "snappy":
-            _snappy_length(data)
+            _snappy_length(data, limit)
             out = bytes(cramjam.snappy.decompress_raw(data))
         else:
-            _lz4_check_size(data)
+            _lz4_check_size(data, limit)
             out = bytes(cramjam.lz4.decompress(data))
     except _Oversized as exc:
         raise CompressionError(protocol, f"{what} ({len(data)} bytes, {OPTION}={algorithm}) {exc}") from None
@@ -192,6 +195,6 @@ def decompress(algorithm: str, data: bytes, protocol: str, what: str = "value") 
             f"{what} is not {algorithm}-compressed as {OPTION}={algorithm} says ({len(data)} bytes starting "
             f"{head or '(empty)'}): {exc}",
         ) from None
-    if len(out) > MAX_DECOMPRESSED:
-        raise CompressionError(protocol, f"{what} decompresses to {len(out)} bytes, more than {MAX_DECOMPRESSED}")
+    if len(out) > limit:
+        raise CompressionError(protocol, f"{what} decompresses to {len(out)} bytes, more than {limit}")
     return out

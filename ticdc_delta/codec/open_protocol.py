@@ -64,7 +64,7 @@ from .claim_check import (
     pack_claim_check_message,
     unpack_claim_check_message,
 )
-from .compression import compress, compression_option, decompress
+from .compression import MAX_DECOMPRESSED, compress, compression_option, decompress
 from .upstream_lookup import UpstreamLookup, complete_image
 from .model import (
     BLOB_TYPES,
@@ -535,9 +535,15 @@ class OpenProtocolDecoder:
         keys = _split_entries(key, 8, "key")
         values = _split_entries(bytes(value), 0, "value") if value else []
         if self._compression != "none":
-            # every row and DDL value entry is compressed on its own; resolved entries are empty
-            algo = self._compression
-            values = [decompress(algo, v, PROTOCOL, f"value entry {i}") if v else v for i, v in enumerate(values)]
+            # every row and DDL value entry is compressed on its own; resolved entries are empty. One budget
+            # for the whole message: many entries of one batch may not add up past MAX_DECOMPRESSED either.
+            algo, left, out = self._compression, MAX_DECOMPRESSED, []
+            for i, v in enumerate(values):
+                if v:
+                    v = decompress(algo, v, PROTOCOL, f"value entry {i}", limit=left)
+                    left -= len(v)
+                out.append(v)
+            values = out
         if _fast_key is not None and keys and len(values) == len(keys):
             fast = self._fast_events(keys, values, ctx)
             if fast is not None:
