@@ -7,7 +7,8 @@ batch the state holds and built the ts guard):
    on the executors. To the driver come only: per (topic, partition, kind) the offset span and count,
    the resolved marks and the DDL (:mod:`ticdc_delta.core.table_rules`, driver part).
 2. Undecodable messages are appended to the dead-letter table from the executors (Delta append with
-   ``txnAppId``/``txnVersion``: a re-run is skipped).
+   ``txnAppId``/``txnVersion``: a re-run is skipped); so are, after step 3, the changes the value
+   screen refuses.
 3. The rows of the batch and the rows held by batch ``N-1`` (the staging table) are grouped by table
    and run through :meth:`~ticdc_delta.core.table_rules.TableRules.apply_table` on the executors: replay
    drop, release up to the topic watermark, DDL segment, value screen, collapse per key. Out come the
@@ -65,7 +66,7 @@ STAGING_SCHEMA = "held_at long, schema string, table string, commit_ts long, pay
 
 _ROWS_SCHEMA = "schema string, table string, held boolean, payload binary"
 _OUT_SCHEMA = "schema string, table string, kind string, seg int, commit_ts long, payload binary"
-_SMALL_KINDS = ("meta", "summary", "rejected_ts", "rejection", "error")
+_SMALL_KINDS = ("meta", "summary", "rejected_ts", "error")
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
@@ -257,6 +258,41 @@ def _typed_fn(fields: list[tuple[str, str, int, int, Any]], meta: tuple[str, str
     return convert
 
 
+_DEAD_VALUES_ARROW = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("error", pa.string()),
+    ("schema", pa.string()), ("table", pa.string()), ("column", pa.string()), ("column_value", pa.binary()),
+    ("row", pa.string()), ("order_ts", pa.int64()), ("idx", pa.int32()), ("payload", pa.binary()),
+])
+_DEAD_VALUES_SCHEMA = ("topic string, partition int, offset long, error string, schema string, table string, "
+                       "column string, column_value binary, row string, order_ts long, idx int, payload binary")
+
+
+def _dead_values_fn() -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Refused changes (pickled :class:`~ticdc_delta.delta.value_check.Rejection`) → the dead-letter
+    table's columns, as ``BatchHandler._dead_letter_rejections`` writes them, plus the sort key of the
+    messages (commit ts, coordinates) and the pickle (for the few the driver names)."""
+
+    def convert(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from ..delta.value_check import value_bytes
+        from .batch_handler import _record_json
+
+        for b in batches:
+            cols: dict[str, list[Any]] = {name: [] for name in _DEAD_VALUES_ARROW.names}
+            for payload in b.column("payload").to_pylist():
+                r = pickle.loads(payload)
+                row = {"topic": r.topic, "partition": r.partition, "offset": r.offset,
+                       "error": f"{r.where()}: {r.error}", "schema": r.schema, "table": r.table,
+                       "column": r.column, "column_value": value_bytes(r.value),
+                       "row": None if r.record is None else _record_json(r.record),
+                       "order_ts": (r.record.commit_ts or 0) if r.record is not None else 0, "idx": r.idx,
+                       "payload": payload}
+                for name, values in cols.items():
+                    values.append(row[name])
+            yield pa.RecordBatch.from_pydict(cols, schema=_DEAD_VALUES_ARROW)
+
+    return convert
+
+
 def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
@@ -396,9 +432,9 @@ class SparkEngine:
                    .groupBy("schema", "table").applyInArrow(_table_fn(job), _OUT_SCHEMA)
                    .persist(StorageLevel.MEMORY_AND_DISK))
             small = out.filter(F.col("kind").isin(*_SMALL_KINDS)).collect()
+            n_values = out.filter(F.col("kind") == "rejection").count()  # they stay on the executors
             metas: dict[int, list[tuple[str, str, dict]]] = {}
             rejected = list(plan.rejected)
-            rejections = []
             replays, held = plan.replays_dropped, len(plan.state.held)
             held_by_table: dict[str, int] = {}
             for r in small:
@@ -415,16 +451,12 @@ class SparkEngine:
                         held_by_table[f"{r['schema']}.{r['table']}"] = value["held"]
                 elif r["kind"] == "rejected_ts":
                     rejected.append(value)
-                else:
-                    rejections.append(value)
             rejected.sort(key=lambda x: (x.topic, x.partition, x.offset, x.idx))
-            rejections.sort(key=lambda x: (x.record.commit_ts or 0, x.topic, x.partition, x.offset, x.idx)
-                            if x.record is not None else (0, x.topic, x.partition, x.offset, x.idx))
             timings["plan"] = time.monotonic() - t_plan
             if rejected:
                 h._dead_letter_implausible(batch_df, rejected, batch_id)
-            if rejections:
-                h._dead_letter_rejections(rejections, batch_id)
+            if n_values:
+                self._dead_letter_values(out, n_values, batch_id)
 
             # 5. MERGE per table per segment, DDL between segments
             t_apply = time.monotonic()
@@ -442,8 +474,8 @@ class SparkEngine:
 
             meta = next_state_meta(
                 h._meta, plan, applier, result, offsets, query_id,
-                totals={"replays_dropped": replays, "dead_letters": counts["error"] + len(rejections),
-                        "dead_letter_values": len(rejections), "implausible_ts": len(rejected),
+                totals={"replays_dropped": replays, "dead_letters": counts["error"] + n_values,
+                        "dead_letter_values": n_values, "implausible_ts": len(rejected),
                         "snapshot_dropped": plan.snapshot_dropped},
             )
             meta["staging_batch"] = batch_id if rows_held else None
@@ -463,8 +495,8 @@ class SparkEngine:
             if staged_batch is not None and batch_id % 16 == 0:
                 self._clean_staging(spark, batch_id)
             progress = _Progress(dict(plan.topic_watermarks), held, replays, rejected, plan.snapshot_dropped)
-            h._progress(batch_id, offsets, counts, progress, result, counts["error"] + len(rejections),
-                        time.monotonic() - started, timings, values=len(rejections))
+            h._progress(batch_id, offsets, counts, progress, result, counts["error"] + n_values,
+                        time.monotonic() - started, timings, values=n_values)
         finally:
             decoded.unpersist()
             if out is not None:
@@ -489,9 +521,50 @@ class SparkEngine:
                                            F.current_timestamp().alias("recorded_at")]
         for f in list(DEAD_LETTER_SCHEMA)[len(cols):]:
             cols.append(F.lit(None).cast("binary" if pa.types.is_binary(f.type) else "string").alias(f.name))
+        from ..delta.sink import batch_txn
+
+        # the delta-rs engine's transaction numbering, so a changefeed that changes engines skips nothing
         self._append(errors.select(*cols), self.cfg.dead_letter_path,
-                     Txn(h._app_id + "/dead-letter", batch_id), merge_schema=True)
+                     batch_txn(h._app_id + "/dead-letter", batch_id), merge_schema=True)
         log.warning("batch %d: %d undecodable message(s) sent to %s", batch_id, n, self.cfg.dead_letter_path)
+
+    def _dead_letter_values(self, out: Any, n: int, batch_id: int) -> None:
+        """The ``n`` changes the value screen refused, appended to the dead-letter table from the executors
+        (the ``delta-rs`` engine's rows and transaction, ``(changefeed/dead-letter-values, N·1024)``); to
+        the driver come only the first five, for the messages.
+
+        Raises:
+            UnwritableValueError: ``dead_letter.fail_on_error`` is set (before anything of the batch is
+                committed), naming the first five and how many more.
+        """
+        from pyspark.sql import functions as F
+
+        from ..delta.sink import batch_txn
+        from ..delta.value_check import describe_rejections
+        from ..errors import UnwritableValueError
+        from .batch_handler import DEAD_LETTER_SCHEMA
+
+        rows = out.filter(F.col("kind") == "rejection").select("payload").mapInArrow(_dead_values_fn(),
+                                                                                      _DEAD_VALUES_SCHEMA)
+        first = [pickle.loads(r["payload"]) for r in rows.orderBy("order_ts", "topic", "partition", "offset", "idx")
+                 .select("payload").limit(5).collect()]
+
+        def describe(limit: int) -> str:
+            more = f"; … and {n - limit} more" if n > limit else ""
+            return describe_rejections(first[:limit], limit) + more
+
+        if self.cfg.dead_letter.fail_on_error:
+            raise UnwritableValueError(
+                f"batch {batch_id}: {n} change(s) with a value no Delta column can hold and "
+                f"dead_letter.fail_on_error is set: {describe(5)}"
+            )
+        fixed = {"key": F.lit(None).cast("binary"), "value": F.lit(None).cast("binary"),
+                 "batch_id": F.lit(batch_id).cast("long"), "recorded_at": F.current_timestamp()}
+        self._append(rows.select(*[fixed.get(name, F.col(name)).alias(name) for name in DEAD_LETTER_SCHEMA.names]),
+                     self.cfg.dead_letter_path, batch_txn(self.h._app_id + "/dead-letter-values", batch_id),
+                     merge_schema=True)
+        log.warning("batch %d: %d change(s) with a value no Delta column can hold sent to %s: %s",
+                    batch_id, n, self.cfg.dead_letter_path, describe(3))
 
     def _clean_staging(self, spark: Any, batch_id: int) -> None:
         """Delete staging rows older than the last committed batch's (never read again)."""
