@@ -541,6 +541,9 @@ class SinkConfig(_Model):
     # spark engine: MODIFY COLUMN widens in place with Delta type widening (tables get the typeWidening
     # feature, which delta-rs 1.x readers cannot scan) instead of a rewrite
     type_widening: bool = False
+    # spark engine: create tables with column mapping `name` (DROP / RENAME COLUMN in place); delta-rs 1.x
+    # cannot OPTIMIZE such tables
+    column_mapping: bool = True
 
     _SETTING_FIELDS = frozenset({"storage_options"})
 

@@ -8,7 +8,8 @@ and the DDL replay (:mod:`ticdc_delta.delta.ddl_replay`) make of a sink:
 call                        Delta Lake
 ==========================  ===========================================================================
 ``ensure_table``            ``DeltaTable.createIfNotExists`` with column mapping ``name`` (reader 2,
-                            writer 5): columns can later be dropped and renamed in place
+                            writer 5; unless ``sink.column_mapping: false``): columns can later be
+                            dropped and renamed in place
 ``add_columns``             ``ALTER TABLE … ADD COLUMNS`` (metadata only)
 ``drop_column``             ``ALTER TABLE … DROP COLUMN`` (metadata only; the data stays in the files)
 ``rename_column``           ``ALTER TABLE … RENAME COLUMN`` (metadata only)
@@ -21,8 +22,10 @@ call                        Delta Lake
 ``overwrite_empty``         TRUNCATE: an overwrite with no rows
 ==========================  ===========================================================================
 
-A table without column mapping (one the ``delta-rs`` engine created) gets a rewrite for DROP / RENAME
-COLUMN, as on that engine. Reads — the schema, the app transactions, the table properties — and the
+A table without column mapping (one the ``delta-rs`` engine created, or any with ``sink.column_mapping:
+false``) gets a rewrite for DROP / RENAME COLUMN, as on that engine. delta-rs 1.6 reads, appends to and
+merges into column-mapping tables, but refuses to OPTIMIZE them ("Column mapping is not supported for
+write operation 'OPTIMIZE' yet"): that is what the option is for. Reads — the schema, the app transactions, the table properties — and the
 file-level operations (DROP TABLE, RENAME TABLE, the tables of a schema) are the ``delta-rs`` sink's:
 delta-rs reads the log of column-mapping and type-widened tables (it cannot scan a type-widened table's
 rows, which is why ``sink.type_widening`` is off by default).
@@ -137,14 +140,16 @@ class SparkDeltaSink:
         spark: the Spark session (with Delta Lake's SQL extension and catalog).
         type_widening: ``sink.type_widening``: widen column types in place where Delta can (the table gets
             the ``typeWidening`` feature, which delta-rs 1.x cannot scan).
+        column_mapping: ``sink.column_mapping``: create tables with column mapping ``name``.
         retry: runs one attempt again after a Delta conflict (the engine's ``sink.conflict_retries``).
     """
 
-    def __init__(self, base: DeltaRsSink, spark: Any, *, type_widening: bool = False,
+    def __init__(self, base: DeltaRsSink, spark: Any, *, type_widening: bool = False, column_mapping: bool = True,
                  retry: Callable[[str, Callable[[], Any]], Any] | None = None) -> None:
         self.base = base
         self.spark = spark
         self.type_widening = type_widening
+        self.column_mapping = column_mapping
         self._retry = retry or (lambda what, attempt: attempt())
 
     # --- delegated: locations, reads, file operations ---------------------------------------------------
@@ -245,7 +250,8 @@ class SparkDeltaSink:
 
     def ensure_table(self, ident: TableIdent, arrow_schema: pa.Schema, partition_by: Sequence[str] | None,
                      txn: Txn) -> bool:
-        """Create the table with column mapping ``name`` if it is missing; ``True`` when this call created it.
+        """Create the table (with column mapping ``name`` unless ``column_mapping`` is off) if it is missing;
+        ``True`` when this call created it.
 
         Raises:
             TypeError/ValueError: not a schema, a partition column not in it, the reserved ``_op`` column.
@@ -271,7 +277,7 @@ class SparkDeltaSink:
                    .addColumns(from_arrow_schema(arrow_schema, prefer_timestamp_ntz=True)))
         if parts:
             builder = builder.partitionedBy(*parts)
-        for key, value in COLUMN_MAPPING_PROPERTIES.items():
+        for key, value in (COLUMN_MAPPING_PROPERTIES if self.column_mapping else {}).items():
             builder = builder.property(key, value)
         self._retry(f"create {path}", builder.execute)
         return True

@@ -581,7 +581,8 @@ class SparkEngine:
                ddl_steps: tuple[DDLRecord, ...], batch_id: int) -> tuple[ApplyResult, DeltaApplier]:
         h = self.h
         # table creation and DDL with Delta Lake's own operations (column mapping, ALTER TABLE)
-        sink = SparkDeltaSink(h.sink, spark, type_widening=self.cfg.sink.type_widening, retry=self._retry)
+        sink = SparkDeltaSink(h.sink, spark, type_widening=self.cfg.sink.type_widening,
+                              column_mapping=self.cfg.sink.column_mapping, retry=self._retry)
         applier = DeltaApplier(
             sink, h._app_id, catalog=h._catalog, table_options=h._table_options,
             metadata_columns=((self.cfg.sink.metadata_columns.commit_ts, self.cfg.sink.metadata_columns.op)
