@@ -125,7 +125,8 @@ def test_rewrite_and_truncate_carry_the_batch_transaction(spark: Any, tmp_path: 
     at = datetime(2024, 1, 2, 3, 4, 5, 123000)
 
     def fill(table: pa.Table) -> pa.Table:  # ADD COLUMN `at` DATETIME(3) DEFAULT ...: a timestamp_ntz column
-        return table.append_column(pa.field("at", pa.timestamp("us")), pa.array([at] * table.num_rows, pa.timestamp("us")))
+        values = pa.array([at] * table.num_rows, pa.timestamp("us"))
+        return table.append_column(pa.field("at", pa.timestamp("us")), values)
 
     assert sink.rewrite(T, fill, Txn("cf", 1))
     assert not sink.rewrite(T, fill, Txn("cf", 1))  # committed: a replay is skipped

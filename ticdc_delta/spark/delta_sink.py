@@ -25,10 +25,14 @@ call                        Delta Lake
 A table without column mapping (one the ``delta-rs`` engine created, or any with ``sink.column_mapping:
 false``) gets a rewrite for DROP / RENAME COLUMN, as on that engine. delta-rs 1.6 reads, appends to and
 merges into column-mapping tables, but refuses to OPTIMIZE them ("Column mapping is not supported for
-write operation 'OPTIMIZE' yet"): that is what the option is for. Reads — the schema, the app transactions, the table properties — and the
-file-level operations (DROP TABLE, RENAME TABLE, the tables of a schema) are the ``delta-rs`` sink's:
-delta-rs reads the log of column-mapping and type-widened tables (it cannot scan a type-widened table's
-rows, which is why ``sink.type_widening`` is off by default).
+write operation 'OPTIMIZE' yet"): that is what the option is for. Reads — the schema, the app
+transactions, the table properties — and the file-level operations (DROP TABLE, RENAME TABLE, the tables
+of a schema) are the ``delta-rs`` sink's: delta-rs reads the log of column-mapping and type-widened tables
+(it cannot scan a type-widened table's rows, which is why ``sink.type_widening`` is off by default; RENAME
+TABLE on an object store copies through delta-rs, so it fails for such a table).
+
+A ``timestamp_ntz`` column joining an existing table first adds the ``timestampNtz`` table feature (one
+protocol commit before the column's own), as Delta enables it by itself only at creation.
 
 **Idempotence.** Rewrites and TRUNCATE carry the batch's app transaction (``txnAppId``/``txnVersion``
 write options): Delta skips a committed one. An ``ALTER TABLE`` commit records no app transaction (Delta
@@ -36,6 +40,9 @@ takes ``txnAppId``/``txnVersion`` for writes and DML only), so each column chang
 table before it acts: it is done when the table has committed the change's own transaction version or a
 later one of the changefeed (a later step of the batch, which ran after it, was committed), or when the
 table no longer needs it (the column to drop is gone, the new name is there, the type is the new one).
+``add_columns`` has no step of its own (the ``delta-rs`` engine's numbering) and adds what is missing: as on
+that engine, a batch that adds and then drops the same column and crashes after a later commit to the
+table adds the column again on the re-run.
 """
 
 from __future__ import annotations
