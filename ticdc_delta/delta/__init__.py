@@ -1,7 +1,8 @@
 """The Delta edge: target-table types, the table sink, and the job's durable state.
 
 No pyspark here: :class:`~ticdc_delta.delta.sink.DeltaRsSink` writes through delta-rs on the driver; a
-delta-spark sink can implement the same :class:`~ticdc_delta.delta.sink.TableSink` later.
+the ``spark`` engine's delta-spark sink (:class:`~ticdc_delta.spark.delta_sink.SparkDeltaSink`) implements
+the same :class:`~ticdc_delta.delta.sink.TableSink` in the Spark package.
 """
 
 from __future__ import annotations

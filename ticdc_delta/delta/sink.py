@@ -1,8 +1,9 @@
 """Writing change batches to Delta tables: the :class:`TableSink` interface and :class:`DeltaRsSink`.
 
 :class:`DeltaRsSink` writes through delta-rs (the ``deltalake`` package) on the Spark driver: no JVM, one
-Arrow table per table per micro-batch. A delta-spark sink for clusters can implement the same
-:class:`TableSink` later; the callers depend only on the interface.
+Arrow table per table per micro-batch. The ``spark`` engine's delta-spark sink
+(:class:`~ticdc_delta.spark.delta_sink.SparkDeltaSink`) implements the same :class:`TableSink`; the callers
+depend only on the interface.
 
 **Exactly-once commits.** Every data commit carries a Delta *app transaction* ``(app_id, version)``
 (Delta protocol: ``txn`` action, "set transaction"). Before writing, the sink reads the table's latest
