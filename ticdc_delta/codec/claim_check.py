@@ -16,7 +16,7 @@ What TiCDC does (tiflow ``pkg/sink/codec/open``, ``canal``, ``common.ClaimCheckM
 :class:`ClaimCheckStorage` reads objects through ``pyarrow.fs`` (the filesystem layer of the Arrow stack the
 job already uses: local paths, ``file://``, ``s3://`` — credentials from the usual AWS environment
 variables, an S3-compatible endpoint with ``?endpoint_override=host:port&scheme=http`` —, ``gs://``,
-``hdfs://``), with bounded retries. A missing object is a :class:`~ticdc_delta.errors.ClaimCheckError`
+``hdfs://``, ``abfs://``), with bounded retries. A missing object is a :class:`~ticdc_delta.errors.ClaimCheckError`
 (decode error: the message goes to the dead-letter table); storage that stays unreachable after the
 retries is a :class:`~ticdc_delta.errors.ClaimCheckUnavailableError` (transient: the batch is retried).
 """
