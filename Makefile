@@ -69,7 +69,8 @@ bench-latency: $(STAMP) $(JARS_STAMP)
 ## long crash/restart soak (SIGKILL at random moments until done)
 soak: $(STAMP) $(JARS_STAMP)
 	TICDC_DELTA_SOAK=1 $(BIN)/python -m pytest -q tests/integration/test_crash_restart.py \
-		tests/integration/test_spark_engine.py tests/integration/test_spark_engine_guarantees.py
+		tests/integration/test_spark_engine.py tests/integration/test_spark_engine_guarantees.py \
+		tests/integration/test_spark_engine_ddl.py
 
 clean:
 	rm -rf $(VENV) $(JARS) .pytest_cache .hypothesis demo-out

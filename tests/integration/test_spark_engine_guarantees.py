@@ -7,8 +7,9 @@
 - A commit by another writer between a MERGE's snapshot and its commit is a conflict the engine retries:
   observed, and nothing lost or doubled.
 
-``make soak`` (``TICDC_DELTA_SOAK=1``) runs them bigger: the driver-memory test at 10k → 200k changes
-(5k → 50k by default), more and smaller micro-batches in the version test, six kills instead of one.
+``make test`` runs the version and conflict tests; ``make soak`` (``TICDC_DELTA_SOAK=1``) runs all four,
+bigger: the driver-memory test at 10k → 200k changes, more and smaller micro-batches in the version test,
+six kills (each test takes minutes on 2 cores: a fresh job process and JVM per kill, two large batches).
 """
 
 from __future__ import annotations
@@ -173,6 +174,7 @@ def _driver_peak(broker: Any, spark: Any, tmp: Path, topic: str, events: int) ->
     return peak
 
 
+@pytest.mark.skipif(not SOAK, reason="minutes on 2 cores: make soak runs it")
 def test_driver_heap_bounded_as_the_batch_grows(broker: Any, spark: Any, tmp_path: Path, unique_name: Any) -> None:
     small, large = (10_000, 200_000) if SOAK else (5_000, 50_000)
     _driver_peak(broker, spark, tmp_path, unique_name("heap-warmup"), 300)  # imports, caches, the JVM's warm-up
@@ -189,6 +191,7 @@ def test_driver_heap_bounded_as_the_batch_grows(broker: Any, spark: Any, tmp_pat
 # --- 3. SIGKILL at random moments, then restart -----------------------------------------------------------
 
 
+@pytest.mark.skipif(not SOAK, reason="minutes on 2 cores: make soak runs it")
 def test_spark_engine_sigkill_at_random_moments_then_restart(broker: Any, tmp_path: Path, unique_name: Any) -> None:
     rnd = random.Random(int(os.environ.get("TICDC_DELTA_SOAK_SEED", "20261123")))
     topic = unique_name("skill")
