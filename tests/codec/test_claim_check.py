@@ -127,6 +127,17 @@ def test_unreachable_storage_is_transient_after_bounded_retries(tmp_path: Path) 
     assert ClaimCheckUnavailableError.retryable
 
 
+def test_writes_are_retried_a_bounded_number_of_times(tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"")
+    pauses: list[float] = []
+    storage = ClaimCheckStorage(str(tmp_path / "file"), attempts=3, backoff=0.5, sleep=pauses.append)
+    with pytest.raises(OSError):
+        storage.write("x.json", b"{}")  # a file where the directory should be: every attempt fails
+    assert pauses == [0.5, 1.0]
+    (tmp_path / "file").unlink()
+    assert storage.write("x.json", b"{}").endswith("/x.json") and (tmp_path / "file" / "x.json").read_bytes() == b"{}"
+
+
 @pytest.mark.parametrize("protocol", sorted(BASE))
 def test_handle_key_only_rows_are_never_decoded(protocol: str) -> None:
     opts = {**BASE[protocol], "large-message-handle-option": "handle-key-only", "max-message-bytes": "600"}

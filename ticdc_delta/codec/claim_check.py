@@ -144,7 +144,23 @@ class ClaimCheckStorage:
         return self._fs, self._root
 
     def write(self, name: str, data: bytes) -> str:
-        """Store ``data`` as object ``name`` (what TiCDC's claim-check writer does); returns its location."""
+        """Store ``data`` as object ``name`` (what TiCDC's claim-check writer does); returns its location.
+        Bounded attempts as for :meth:`read` (a slow or briefly failing object store).
+
+        Raises:
+            OSError: the storage failed on every attempt.
+        """
+        delay = self.backoff
+        for _ in range(self.attempts - 1):
+            try:
+                return self._write_once(name, data)
+            except OSError:
+                self._fs = None  # reopen: a broken connection pool must not stick
+                self._sleep(delay)
+                delay *= 2
+        return self._write_once(name, data)
+
+    def _write_once(self, name: str, data: bytes) -> str:
         fs, root = self._filesystem()
         if root and not self._root_made:
             fs.create_dir(root, recursive=True)
