@@ -68,6 +68,8 @@ __all__ = [
     "read_table",
     "run_commit",
     "check_txn",
+    "check_new_table",
+    "check_new_fields",
     "commit_properties",
     "already_applied",
     "cast_column",
@@ -353,6 +355,41 @@ def check_txn(txn: Txn) -> Txn:
     return Txn(app_id, version)
 
 
+def check_new_table(arrow_schema: pa.Schema, partition_by: Sequence[str] | None) -> list[str]:
+    """The partition columns of a table to be created with ``arrow_schema``, checked (every sink's
+    ``ensure_table``).
+
+    Raises:
+        TypeError: not a schema.
+        ValueError: a partition column not in it, or the reserved :data:`OP_COLUMN`.
+    """
+    if not isinstance(arrow_schema, pa.Schema):
+        raise TypeError(f"arrow_schema must be a pyarrow.Schema, got {type(arrow_schema).__name__}")
+    parts = list(partition_by or [])
+    for name in parts:
+        if arrow_schema.get_field_index(name) < 0:
+            raise ValueError(f"partition column {name!r} is not in the schema {arrow_schema.names}")
+    if OP_COLUMN in arrow_schema.names:
+        raise ValueError(_RESERVED)
+    return parts
+
+
+def check_new_fields(fields: Iterable[pa.Field]) -> list[pa.Field]:
+    """``fields`` as a list, checked as columns to add to a table (every sink's ``add_columns``).
+
+    Raises:
+        TypeError: an item that is not a ``pyarrow.Field``.
+        ValueError: the reserved :data:`OP_COLUMN`.
+    """
+    wanted = list(fields)
+    for f in wanted:
+        if not isinstance(f, pa.Field):
+            raise TypeError(f"fields must be pyarrow.Field, got {type(f).__name__}")
+        if f.name == OP_COLUMN:
+            raise ValueError(_RESERVED)
+    return wanted
+
+
 def commit_properties(app_id: str, version: int) -> CommitProperties:
     """Commit properties recording the app transaction ``(app_id, version)``."""
     return CommitProperties(
@@ -573,14 +610,7 @@ class DeltaRsSink:
             SinkError: the table cannot be created.
             ConcurrentCommitError: other writers kept winning.
         """
-        if not isinstance(arrow_schema, pa.Schema):
-            raise TypeError(f"arrow_schema must be a pyarrow.Schema, got {type(arrow_schema).__name__}")
-        parts = list(partition_by or [])
-        for name in parts:
-            if arrow_schema.get_field_index(name) < 0:
-                raise ValueError(f"partition column {name!r} is not in the schema {arrow_schema.names}")
-        if OP_COLUMN in arrow_schema.names:
-            raise ValueError(_RESERVED)
+        parts = check_new_table(arrow_schema, partition_by)
         txn = check_txn(txn)
         path = self._path(ident)
 
@@ -610,12 +640,7 @@ class DeltaRsSink:
             SinkError: the table is missing, or has a column of that name with another type or case.
             ConcurrentCommitError: other writers kept winning.
         """
-        wanted = list(fields)
-        for f in wanted:
-            if not isinstance(f, pa.Field):
-                raise TypeError(f"fields must be pyarrow.Field, got {type(f).__name__}")
-            if f.name == OP_COLUMN:
-                raise ValueError(_RESERVED)
+        wanted = check_new_fields(fields)
         txn = check_txn(txn)
         path = self._path(ident)
 

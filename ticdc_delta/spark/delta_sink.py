@@ -54,13 +54,14 @@ import pyarrow as pa
 from deltalake import DeltaTable as RsTable, Field as DeltaField
 
 from ..delta.sink import (
-    OP_COLUMN,
     DeltaRsSink,
     MergeStats,
     TableIdent,
     Txn,
     already_applied,
     cast_column,
+    check_new_fields,
+    check_new_table,
     check_txn,
 )
 from ..errors import SinkError
@@ -239,8 +240,8 @@ class SparkDeltaSink:
                 "timestampNtz" not in (dt.protocol().writer_features or []):
             self._alter(path, "SET TBLPROPERTIES ('delta.feature.timestampNtz' = 'supported')")
 
-    def _column_change(self, what: str, ident: TableIdent, txn: Txn,
-                       act: Callable[[RsTable, pa.Schema, str], bool]) -> bool:
+    def _unless_applied(self, what: str, ident: TableIdent, txn: Txn,
+                        act: Callable[[RsTable, pa.Schema, str], bool]) -> bool:
         """Run ``act(snapshot, schema, path)`` unless the table has committed ``txn`` or a later version."""
         txn = check_txn(txn)
         path = self.table_path(*ident)
@@ -268,14 +269,7 @@ class SparkDeltaSink:
         from delta.tables import DeltaTable
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        if not isinstance(arrow_schema, pa.Schema):
-            raise TypeError(f"arrow_schema must be a pyarrow.Schema, got {type(arrow_schema).__name__}")
-        parts = list(partition_by or [])
-        for name in parts:
-            if arrow_schema.get_field_index(name) < 0:
-                raise ValueError(f"partition column {name!r} is not in the schema {arrow_schema.names}")
-        if OP_COLUMN in arrow_schema.names:
-            raise ValueError(f"{OP_COLUMN!r} is reserved for merge operations and cannot be a table column")
+        parts = check_new_table(arrow_schema, partition_by)
         check_txn(txn)
         path = self.table_path(*ident)
         if self.base.snapshot(ident) is not None:
@@ -300,12 +294,7 @@ class SparkDeltaSink:
         """
         from pyspark.sql.pandas.types import from_arrow_type
 
-        wanted = list(fields)
-        for f in wanted:
-            if not isinstance(f, pa.Field):
-                raise TypeError(f"fields must be pyarrow.Field, got {type(f).__name__}")
-            if f.name == OP_COLUMN:
-                raise ValueError(f"{OP_COLUMN!r} is reserved for merge operations and cannot be a table column")
+        wanted = check_new_fields(fields)
         check_txn(txn)
         path = self.table_path(*ident)
 
@@ -348,7 +337,7 @@ class SparkDeltaSink:
             self._alter(path, f"DROP COLUMN {_quote(name)}")
             return True
 
-        return self._column_change("drop column of", ident, txn, act)
+        return self._unless_applied("drop column of", ident, txn, act)
 
     def rename_column(self, ident: TableIdent, old: str, new: str, txn: Txn) -> bool:
         """RENAME COLUMN ``old`` (the table's spelling) to ``new``: in place on a column-mapping table, else a
@@ -373,7 +362,7 @@ class SparkDeltaSink:
             self._alter(path, f"RENAME COLUMN {_quote(old)} TO {_quote(new)}")
             return True
 
-        return self._column_change("rename column of", ident, txn, act)
+        return self._unless_applied("rename column of", ident, txn, act)
 
     def change_column_type(self, ident: TableIdent, name: str, new_type: pa.DataType, txn: Txn) -> bool:
         """Column ``name`` (the table's spelling) as the wider ``new_type``: with ``type_widening``, in place
@@ -402,7 +391,7 @@ class SparkDeltaSink:
             log.info("widened %s of %s from %s to %s in place (Delta type widening)", name, path, old_type, new_type)
             return True
 
-        return self._column_change("change a column type of", ident, txn, act)
+        return self._unless_applied("change a column type of", ident, txn, act)
 
     # --- data rewrites ----------------------------------------------------------------------------------
 
@@ -417,15 +406,8 @@ class SparkDeltaSink:
             ConcurrentCommitError: other writers kept winning.
         """
         txn = check_txn(txn)
-        path = self.table_path(*ident)
-
-        def attempt() -> bool:
-            dt = self._require(ident)
-            if already_applied(dt, txn):
-                return False
-            return self._rewrite_now(dt, path, transform, txn)
-
-        return bool(self._retry(f"rewrite {path}", attempt))
+        return self._unless_applied("rewrite", ident, txn,
+                                    lambda dt, _schema, path: self._rewrite_now(dt, path, transform, txn))
 
     def _rewrite_now(self, dt: RsTable, path: str, transform: Callable[[pa.Table], pa.Table], txn: Txn) -> bool:
         from pyspark.sql.pandas.types import from_arrow_schema
@@ -452,16 +434,13 @@ class SparkDeltaSink:
             ConcurrentCommitError: other writers kept winning.
         """
         txn = check_txn(txn)
-        path = self.table_path(*ident)
 
-        def attempt() -> bool:
-            if already_applied(self._require(ident), txn):
-                return False
+        def truncate(_dt: RsTable, _schema: pa.Schema, path: str) -> bool:
             (self.spark.read.format("delta").load(path).limit(0).write.format("delta").mode("overwrite")
              .option("txnAppId", txn.app_id).option("txnVersion", str(txn.version)).save(path))
             return True
 
-        return bool(self._retry(f"truncate {path}", attempt))
+        return self._unless_applied("truncate", ident, txn, truncate)
 
 
 def _column_mapping(dt: RsTable) -> bool:
