@@ -4,12 +4,35 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
+import subprocess
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-__all__ = ["ProgressLines"]
+from ticdc_delta.local_broker import free_port
+
+__all__ = ["ProgressLines", "MariaDB", "capture_logs", "mariadb_programs", "running_mariadb"]
+
+
+@contextmanager
+def capture_logs(name: str, handler: logging.Handler) -> Iterator[logging.Handler]:
+    """``handler`` attached to logger ``name`` at INFO for the block (level and handlers restored after)."""
+    log = logging.getLogger(name)
+    old = log.level
+    log.setLevel(logging.INFO)
+    log.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(old)
 
 
 class ProgressLines(logging.Handler):
@@ -27,11 +50,50 @@ class ProgressLines(logging.Handler):
 @pytest.fixture
 def progress() -> Iterator[ProgressLines]:
     """The progress lines the job logs during the test (``progress.lines``)."""
-    handler = ProgressLines()
-    log = logging.getLogger("ticdc_delta.progress")
-    old = log.level
-    log.setLevel(logging.INFO)
-    log.addHandler(handler)
-    yield handler
-    log.removeHandler(handler)
-    log.setLevel(old)
+    with capture_logs("ticdc_delta.progress", ProgressLines()) as handler:
+        yield handler  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class MariaDB:
+    """A MariaDB server started by a test: its TCP port, its socket and the ``mariadb`` client program."""
+
+    port: int
+    socket: Path
+    client: str
+
+
+def mariadb_programs(hint: str) -> tuple[str, str, str]:
+    """``mariadbd``, ``mariadb-install-db`` and ``mariadb``; missing ones skip the test, or fail it under CI
+    (``make test`` installs them), naming ``hint``."""
+    server, install, client = shutil.which("mariadbd"), shutil.which("mariadb-install-db"), shutil.which("mariadb")
+    if not (server and install and client):
+        give_up = pytest.fail if os.environ.get("CI") else pytest.skip
+        give_up(f"mariadb-server is not installed ({hint})")
+    return server, install, client  # type: ignore[return-value]
+
+
+@contextmanager
+def running_mariadb(programs: tuple[str, str, str], base: Path) -> Iterator[MariaDB]:
+    """A fresh MariaDB under ``base`` on a free 127.0.0.1 port (root without a password), stopped after.
+
+    Raises:
+        RuntimeError: it did not answer within 60 s (the end of its error log is in the message).
+    """
+    server, install, client = programs
+    data, sock, port = base / "data", base / "sock", free_port()
+    subprocess.run([install, f"--datadir={data}", "--user=root", "--skip-test-db",
+                    "--auth-root-authentication-method=normal"], check=True, capture_output=True)
+    proc = subprocess.Popen([server, "--no-defaults", f"--datadir={data}", f"--socket={sock}", f"--port={port}",
+                             "--bind-address=127.0.0.1", "--user=root", "--skip-grant-tables", "--skip-log-bin",
+                             f"--pid-file={base / 'pid'}", f"--log-error={base / 'error.log'}"])
+    try:
+        deadline = time.monotonic() + 60
+        while subprocess.run([client, f"--socket={sock}", "-e", "SELECT 1"], capture_output=True).returncode != 0:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"mariadbd did not start: {(base / 'error.log').read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield MariaDB(port, sock, client)
+    finally:
+        proc.terminate()
+        proc.wait(60)

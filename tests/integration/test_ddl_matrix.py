@@ -648,14 +648,10 @@ class Run:
 
 @pytest.fixture(scope="module")
 def job_logs() -> Iterator[_Collect]:
-    handler = _Collect()
-    log = logging.getLogger("ticdc_delta")
-    old = log.level
-    log.setLevel(logging.INFO)
-    log.addHandler(handler)
-    yield handler
-    log.removeHandler(handler)
-    log.setLevel(old)
+    from tests.integration.conftest import capture_logs
+
+    with capture_logs("ticdc_delta", _Collect()) as handler:
+        yield handler  # type: ignore[misc]
 
 
 def _produce(broker: Any, topic: str, partitions: int, messages: list[tuple[int, bytes | None, bytes | None]],

@@ -13,11 +13,6 @@ Needs ``mariadb-server`` (``make mariadb``); skipped without it (a failure under
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
-import socket
-import subprocess
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterator
@@ -28,7 +23,9 @@ from ticdc_delta.codec import decoder_for
 from ticdc_delta.codec.model import DecodeContext, RowChange
 from ticdc_delta.codec.upstream_lookup import UpstreamLookup, UpstreamSettings
 from ticdc_delta.errors import HandleKeyOnlyError, UpstreamRowError, UpstreamUnavailableError
+from ticdc_delta.local_broker import free_port
 from ticdc_delta.simulator.scenario import Scenario
+from tests.integration.conftest import mariadb_programs, running_mariadb
 
 pytestmark = pytest.mark.integration
 
@@ -37,35 +34,12 @@ TABLE = ("CREATE TABLE `hk`.`{name}` (`id` BIGINT NOT NULL, `name` VARCHAR(20), 
          "PRIMARY KEY (`id`))")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @pytest.fixture(scope="module")
 def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamSettings]:
-    server, install, client = shutil.which("mariadbd"), shutil.which("mariadb-install-db"), shutil.which("mariadb")
-    give_up = pytest.fail if os.environ.get("CI") else pytest.skip
-    if not (server and install and client):
-        give_up("mariadb-server is not installed (make mariadb)")
-    base = tmp_path_factory.mktemp("upstream")
-    data, sock, port = base / "data", base / "sock", _free_port()
-    subprocess.run([install, f"--datadir={data}", "--user=root", "--skip-test-db",
-                    "--auth-root-authentication-method=normal"], check=True, capture_output=True)
-    proc = subprocess.Popen([server, "--no-defaults", f"--datadir={data}", f"--socket={sock}", f"--port={port}",
-                             "--bind-address=127.0.0.1", "--user=root", "--skip-grant-tables", "--skip-log-bin",
-                             f"--pid-file={base / 'pid'}", f"--log-error={base / 'error.log'}"])
-    try:
-        deadline = time.monotonic() + 60
-        while subprocess.run([client, f"--socket={sock}", "-e", "SELECT 1"], capture_output=True).returncode != 0:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"mariadbd did not start: {(base / 'error.log').read_text()[-2000:]}")
-            time.sleep(0.3)
-        yield UpstreamSettings(host="127.0.0.1", port=port, user="root")
-    finally:
-        proc.terminate()
-        proc.wait(60)
+    programs = mariadb_programs("make mariadb")
+    with running_mariadb(programs, tmp_path_factory.mktemp("upstream")) as db:
+        yield UpstreamSettings(host="127.0.0.1", port=db.port, user="root")
 
 
 class Twin:
@@ -195,7 +169,7 @@ def test_an_unreachable_upstream_is_retried_then_transient(mariadb: UpstreamSett
     twin.create("t")
     twin.insert("t", id=1, body="long " * 200)
     pauses: list[float] = []
-    gone = UpstreamLookup(UpstreamSettings(host="127.0.0.1", port=_free_port(), connect_timeout=2),
+    gone = UpstreamLookup(UpstreamSettings(host="127.0.0.1", port=free_port(), connect_timeout=2),
                           attempts=3, backoff=0.01, sleep=pauses.append)
     with pytest.raises(UpstreamUnavailableError, match=r"failed 3 times reading the handle-key-only row of hk_down\.t"):
         _events("open-protocol", options, twin.sc.messages(), gone)
@@ -250,7 +224,7 @@ def test_the_job_lands_handle_key_only_rows_read_from_the_upstream(
               "options": options}
 
     down = config_from_mapping({"changefeed": "hko", "sink": {"path": str(tmp_path / "down")},
-                                "source": {**source, "upstream": f"mysql://root@127.0.0.1:{_free_port()}/"},
+                                "source": {**source, "upstream": f"mysql://root@127.0.0.1:{free_port()}/"},
                                 "checkpoint": str(tmp_path / "down-ckpt")})
     with pytest.raises(UpstreamUnavailableError, match=r"failed 4 times reading the handle-key-only row"):
         run_job(down, once=True, spark=spark)  # retryable: the CLI exits 75

@@ -9,11 +9,8 @@ Needs ``mariadb-server`` (``apt-get install mariadb-server``) and the MySQL JDBC
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import struct
 import subprocess
-import time
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -28,6 +25,7 @@ from ticdc_delta.errors import ConfigError
 from ticdc_delta.jars import spark_jars
 from ticdc_delta.snapshot.jdbc import JdbcSource
 from ticdc_delta.snapshot.load import load_snapshot, spark_ddl_schema
+from tests.integration.conftest import mariadb_programs, running_mariadb
 
 pytestmark = pytest.mark.integration
 
@@ -46,42 +44,19 @@ INSERT INTO shop.nokey VALUES (1, 'x'), (NULL, NULL);
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server, install, client = shutil.which("mariadbd"), shutil.which("mariadb-install-db"), shutil.which("mariadb")
     # `make test` installs both; in CI a missing one is a failure, not a silent skip
-    give_up = pytest.fail if os.environ.get("CI") else pytest.skip
-    if not (server and install and client):
-        give_up("mariadb-server is not installed (apt-get install mariadb-server)")
+    programs = mariadb_programs("apt-get install mariadb-server")
     if not any("mysql-connector-j" in j for j in spark_jars()):
-        give_up("the MySQL JDBC driver is not in .jars/spark (run make)")
-    base = tmp_path_factory.mktemp("mariadb")
-    data, sock, port = base / "data", base / "sock", _free_port()
-    subprocess.run([install, f"--datadir={data}", "--user=root", "--skip-test-db", "--auth-root-authentication-method=normal"],
-                   check=True, capture_output=True)
-    proc = subprocess.Popen([server, "--no-defaults", f"--datadir={data}", f"--socket={sock}", f"--port={port}",
-                             "--bind-address=127.0.0.1", "--user=root", "--skip-grant-tables", "--skip-log-bin",
-                             f"--pid-file={base / 'pid'}", f"--log-error={base / 'error.log'}"])
-    try:
-        deadline = time.monotonic() + 60
-        while subprocess.run([client, f"--socket={sock}", "-e", "SELECT 1"], capture_output=True).returncode != 0:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"mariadbd did not start: {(base / 'error.log').read_text()[-2000:]}")
-            time.sleep(0.5)
-        done = subprocess.run([client, f"--socket={sock}", "--default-character-set=utf8mb4", "-e", SETUP],
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("the MySQL JDBC driver is not in .jars/spark (run make)")
+    with running_mariadb(programs, tmp_path_factory.mktemp("mariadb")) as db:
+        done = subprocess.run([db.client, f"--socket={db.socket}", "--default-character-set=utf8mb4", "-e", SETUP],
                               capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"setting up the MariaDB tables failed: {done.stderr}")
-        yield f"jdbc:mysql://127.0.0.1:{port}/?user=root&password=&useSSL=false"
-    finally:
-        proc.terminate()
-        proc.wait(60)
+        yield f"jdbc:mysql://127.0.0.1:{db.port}/?user=root&password=&useSSL=false"
 
 
 def test_tables_read_over_jdbc_in_key_ranges_typed_as_the_stream_types_them(
