@@ -34,6 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from ..errors import ClaimCheckError, ClaimCheckUnavailableError, preview
+from .backoff import retry_with_backoff
 
 __all__ = [
     "STORAGE_OPTION",
@@ -150,15 +151,11 @@ class ClaimCheckStorage:
         Raises:
             OSError: the storage failed on every attempt.
         """
-        delay = self.backoff
-        for _ in range(self.attempts - 1):
-            try:
-                return self._write_once(name, data)
-            except OSError:
-                self._fs = None  # reopen: a broken connection pool must not stick
-                self._sleep(delay)
-                delay *= 2
-        return self._write_once(name, data)
+        return retry_with_backoff(lambda: self._write_once(name, data), attempts=self.attempts,
+                                  backoff=self.backoff, sleep=self._sleep, retry_on=(OSError,), reset=self._reopen)
+
+    def _reopen(self) -> None:
+        self._fs = None  # reopen: a broken connection pool must not stick
 
     def _write_once(self, name: str, data: bytes) -> str:
         fs, root = self._filesystem()
@@ -177,31 +174,27 @@ class ClaimCheckStorage:
             ClaimCheckUnavailableError: the storage failed on every one of the bounded attempts.
         """
         name = claim_check_file_name(location, protocol)
-        delay = self.backoff
-        last: Exception | None = None
-        for attempt in range(self.attempts):
+
+        def read_once() -> bytes:
             try:
                 fs, root = self._filesystem()
                 with fs.open_input_stream(f"{root}/{name}" if root else name) as stream:
                     return bytes(stream.read())
-            except FileNotFoundError:
-                raise ClaimCheckError(
-                    protocol, f"claim-check object {name!r} (location {preview(location)}) is not in {self.uri}"
-                ) from None
             except (OSError, ValueError) as exc:  # pyarrow raises OSError for network and permission errors
-                if _is_not_found(exc):
+                if isinstance(exc, FileNotFoundError) or _is_not_found(exc):
                     raise ClaimCheckError(
                         protocol, f"claim-check object {name!r} (location {preview(location)}) is not in {self.uri}"
                     ) from None
-                last = exc
-                self._fs = None  # reopen: a broken connection pool must not stick
-                if attempt + 1 < self.attempts:
-                    self._sleep(delay)
-                    delay *= 2
-        raise ClaimCheckUnavailableError(
-            f"{protocol}: claim-check storage {self.uri} failed {self.attempts} times reading {name!r}: "
-            f"{preview(str(last))}"
-        )
+                raise
+
+        try:
+            return retry_with_backoff(read_once, attempts=self.attempts, backoff=self.backoff, sleep=self._sleep,
+                                      retry_on=(OSError, ValueError), reset=self._reopen)
+        except (OSError, ValueError) as exc:
+            raise ClaimCheckUnavailableError(
+                f"{protocol}: claim-check storage {self.uri} failed {self.attempts} times reading {name!r}: "
+                f"{preview(str(exc))}"
+            ) from None
 
 
 def _location_base(uri: str) -> str:

@@ -45,6 +45,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ..errors import ConfigError, UpstreamRowError, UpstreamUnavailableError, preview
 from ..schema.mysql_types import ColumnType, UnsupportedColumnTypeError, parse_column_type
+from .backoff import retry_with_backoff
 from .model import (
     INTEGER_TYPES,
     ColumnFlag,
@@ -431,26 +432,27 @@ class UpstreamLookup:
         import pymysql
 
         where = f"{schema}.{table} at commit ts {commit_ts} (key {preview(dict(key))})"
-        delay, last = self.backoff, ""
-        for attempt in range(self.attempts):
+
+        def fetch_once() -> UpstreamRow:
             try:
                 return self._fetch_once(schema, table, key, commit_ts, where)
-            except _Unavailable as exc:
-                last = str(exc)
+            except _Unavailable:
+                raise
             except pymysql.err.MySQLError as exc:
                 raise UpstreamRowError(
                     protocol, f"handle-key-only row of {where}: the upstream {self.settings.describe()} refused "
                     f"the lookup: {preview(str(exc))}") from None
             except _Missing as exc:
                 raise UpstreamRowError(protocol, f"handle-key-only row of {where}: {exc}") from None
-            self.close()  # reconnect: a broken connection must not stick
-            if attempt + 1 < self.attempts:
-                self._sleep(delay)
-                delay *= 2
-        raise UpstreamUnavailableError(
-            f"{protocol}: source.upstream {self.settings.describe()} failed {self.attempts} times reading the "
-            f"handle-key-only row of {where}: {preview(last)}"
-        )
+
+        try:  # close() between attempts: a broken connection must not stick
+            return retry_with_backoff(fetch_once, attempts=self.attempts, backoff=self.backoff, sleep=self._sleep,
+                                      retry_on=(_Unavailable,), reset=self.close)
+        except _Unavailable as exc:
+            raise UpstreamUnavailableError(
+                f"{protocol}: source.upstream {self.settings.describe()} failed {self.attempts} times reading the "
+                f"handle-key-only row of {where}: {preview(str(exc))}"
+            ) from None
 
     def _fetch_once(self, schema: str, table: str, key: Sequence[tuple[str, Any]], commit_ts: int,
                     where: str) -> UpstreamRow:
