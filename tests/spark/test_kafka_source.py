@@ -540,3 +540,13 @@ def test_session_is_tuned_and_lets_workers_import_the_package(spark: Any) -> Non
 
     found = spark.sparkContext.parallelize([0], 1).mapPartitions(where).collect()
     assert found[0].startswith(package_root())
+
+
+@pytest.mark.parametrize("client_conf,expected", [({}, "20"), ({"fetch.max.wait.ms": "300"}, "300")])
+def test_executor_consumers_do_not_wait_out_the_java_fetch_default(
+    spark: Any, client_conf: dict[str, str], expected: str
+) -> None:
+    # 500 ms (the Java default) would be waited out at the start of every micro-batch; a user's value wins
+    df = read_kafka_stream(spark, bootstrap_servers="h:1", topics=["t"], client_conf=client_conf, probe_timeout_s=None)
+    plan = df._jdf.queryExecution().logical().toString()
+    assert f"kafka.fetch.max.wait.ms={expected}," in plan or f"kafka.fetch.max.wait.ms={expected}]" in plan

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
+    "EXECUTOR_CONSUMER_DEFAULTS",
     "SCHEMA_DDL",
     "KafkaDataLossError",
     "ConsumerGroupMirror",
@@ -482,10 +483,18 @@ def read_kafka_stream(
     )
     if max_offsets_per_trigger is not None:
         stream = stream.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-    for key, value in client.items():
+    for key, value in {**EXECUTOR_CONSUMER_DEFAULTS, **client}.items():
         stream = stream.option(f"kafka.{key}", value)
     df = stream.load()
     return df.select(*[F.col(c) for c in _COLUMNS])
+
+
+#: Java consumer settings of the executors' Kafka reads unless ``source.client`` sets them. Spark keeps a
+#: task's consumer between micro-batches, and its prefetch of the offsets after the last batch waits on the
+#: broker for ``fetch.max.wait.ms`` (Java default 500 ms) when nothing new has come: the next batch's first
+#: fetch waits for it. 20 ms cut the read of a micro-batch of 4 small partitions on 2 cores from 0.9 s
+#: to 0.16 s; when data is there a fetch returns at once either way (``fetch.min.bytes`` is 1).
+EXECUTOR_CONSUMER_DEFAULTS: dict[str, str] = {"fetch.max.wait.ms": "20"}
 
 
 _ERROR_TYPES: dict[str, type[TicdcDeltaError]] = {
