@@ -49,6 +49,7 @@ __all__ = [
     "SourceConfig",
     "SchemaRegistryConfig",
     "SinkConfig",
+    "CompactionConfig",
     "MetadataColumns",
     "TableMapping",
     "DeadLetterConfig",
@@ -524,6 +525,34 @@ def _timezone(value: Any) -> Any:
     return value
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3,
+               "kib": 1024, "mib": 1024**2, "gib": 1024**3}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
+
+
+def _byte_size(value: Any) -> Any:
+    """A byte count: an integer, or a string with a unit (``"128 MiB"``, ``"100MB"``, ``"512 KiB"``)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 134217728 or \"128 MiB\", got a boolean")
+    if isinstance(value, str):
+        match = _SIZE_RE.match(value.lower())
+        if match is None or match.group(2) not in _SIZE_UNITS:
+            raise ValueError('expected a size such as 134217728 or "128 MiB" (units: B, KB, MB, GB, KiB, MiB, GiB)')
+        return int(match.group(1)) * _SIZE_UNITS[match.group(2)]
+    return value
+
+
+class CompactionConfig(_Model):
+    """``sink.compaction``: small-file compaction of the tables a micro-batch wrote (both engines)."""
+
+    enabled: bool = True
+    # compact a table once it has this many files smaller than target_file_size that can be combined
+    # (two or more in one partition); Delta's auto compaction uses 50 (minNumFiles)
+    min_files: Annotated[int, BeforeValidator(_no_bool), Field(ge=2, le=100_000)] = 50
+    # the size compaction writes files up to; files this large or larger are left alone
+    target_file_size: Annotated[int, BeforeValidator(_byte_size), Field(ge=1024**2, le=16 * 1024**3)] = 128 * 1024**2
+
+
 class SinkConfig(_Model):
     """Where and how the Delta tables are written."""
 
@@ -544,6 +573,8 @@ class SinkConfig(_Model):
     # spark engine: create tables with column mapping `name` (DROP / RENAME COLUMN in place); delta-rs 1.x
     # cannot OPTIMIZE such tables
     column_mapping: bool = True
+    # small-file compaction after each micro-batch of the tables it wrote (docs/configuration.md)
+    compaction: CompactionConfig = CompactionConfig()
 
     _SETTING_FIELDS = frozenset({"storage_options"})
 

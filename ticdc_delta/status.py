@@ -35,6 +35,8 @@ def collect_status(cfg: JobConfig, *, now: float | None = None) -> dict[str, Any
         rec = load_record(payload)
         held[f"{rec.schema}.{rec.table}"] += 1
     held.update(state.meta.get("held_by_table") or {})  # sink.engine: spark keeps held rows in its staging table
+    # small-file compactions (ticdc_delta/delta/compaction.py), recorded with the state after the one they follow
+    compacted = (state.meta.get("compaction") or {}).get("tables", {})
     tables: dict[str, Any] = {}
     for name, entry in sorted(state.meta.get("tables", {}).items()):
         ts = entry.get("commit_ts")
@@ -43,9 +45,11 @@ def collect_status(cfg: JobConfig, *, now: float | None = None) -> dict[str, Any
             "lag_s": _lag_s(ts, now),
             "rows_applied": entry.get("rows_applied", 0),
             "rows_held": held.get(name, 0),
+            "compactions": compacted.get(name, {}).get("compactions", 0),
         }
     for name, n in held.items():
-        tables.setdefault(name, {"applied_commit_ts": None, "lag_s": None, "rows_applied": 0, "rows_held": n})
+        tables.setdefault(name, {"applied_commit_ts": None, "lag_s": None, "rows_applied": 0, "rows_held": n,
+                                 "compactions": compacted.get(name, {}).get("compactions", 0)})
     wms = {f"{t}[{p}]": ts for (t, p), ts in sorted(state.watermarks.items())}
     topic_wms = state.meta.get("topic_watermarks", {})
     low = min((w for w in topic_wms.values() if w is not None), default=None)
@@ -78,10 +82,11 @@ def render_status(cfg: JobConfig, *, as_json: bool = False, now: float | None = 
         f"(lag {st['watermark_lag_s']} s), rows held {st['rows_held']}",
     ]
     width = max([len("table")] + [len(n) for n in st["tables"]])
-    lines.append(f"{'table':<{width}}  {'applied commit ts':>20}  {'lag s':>12}  {'applied':>10}  {'held':>8}")
+    lines.append(f"{'table':<{width}}  {'applied commit ts':>20}  {'lag s':>12}  {'applied':>10}  {'held':>8}"
+                 f"  {'compactions':>11}")
     for name, t in st["tables"].items():
         lines.append(
             f"{name:<{width}}  {str(t['applied_commit_ts']):>20}  {str(t['lag_s']):>12}  "
-            f"{t['rows_applied']:>10}  {t['rows_held']:>8}"
+            f"{t['rows_applied']:>10}  {t['rows_held']:>8}  {t['compactions']:>11}"
         )
     return "\n".join(lines) + "\n"

@@ -161,6 +161,12 @@ class DeltaApplier:
         next commit under the new name must use a later step than any the old name used."""
         self._steps[new] = max(self._steps.get(new, 0), self._steps.get(old, 0))
 
+    @property
+    def written_tables(self) -> list[TableIdent]:
+        """The tables this batch has made data commits to so far (MERGE, rewrite), in first-write order:
+        the ones small-file compaction checks after the batch (:mod:`ticdc_delta.delta.compaction`)."""
+        return list(self._steps)
+
     def schema_txn(self, batch_id: int) -> Any:
         return batch_txn(self.app_id, batch_id, 0)
 

@@ -1,0 +1,215 @@
+"""Small-file compaction of the target tables after a micro-batch: when (one policy for both engines) and,
+for the ``delta-rs`` engine, how.
+
+Every micro-batch adds at least one data file to each table it writes (one MERGE or append per table per
+DDL segment): a job triggered every second makes ~86k files per table per day, and every MERGE, which
+scans the target's files, and every reader gets slower. After a batch, each table the batch wrote is
+checked with the file list of its delta-rs snapshot (no Spark job, a few milliseconds): once it has
+``sink.compaction.min_files`` files smaller than ``target_file_size`` that compaction can combine (two or
+more in one partition), it is compacted — by delta-rs's ``optimize.compact`` here
+(:func:`delta_rs_compaction`), by Delta Lake's own ``OPTIMIZE`` on the ``spark`` engine
+(:mod:`ticdc_delta.spark.compaction`), each engine its own way because delta-rs 1.x cannot optimize the
+column-mapping tables the ``spark`` engine creates. The threshold is that of Delta's auto compaction
+(``minNumFiles`` 50).
+
+**Why it is safe.** Compaction runs after the batch's state is saved: the batch is committed whatever
+happens to it. A compaction commit removes files and adds files holding the same rows (``dataChange:
+false``, so streaming readers of the table skip it) and records no app transaction: the table's
+``(changefeed, version)`` stays that of the batch's last data commit, so a re-run MERGE is still skipped
+(:func:`~ticdc_delta.delta.sink.already_applied`) and the next batch's, with a larger version, still
+applies. A compaction that fails (a conflict with another writer, an I/O error) is logged and never fails
+the batch; the table is tried again when a batch writes it :data:`RETRY_AFTER_BATCHES` or more batches
+later. What was done is kept in the state's ``meta["compaction"]`` (saved with the next batch's state,
+shown by ``status``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, MutableMapping
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from .sink import TableIdent
+
+__all__ = [
+    "CompactionPolicy",
+    "CompactionResult",
+    "TableCompaction",
+    "RETRY_AFTER_BATCHES",
+    "files_by_partition",
+    "column_mapping",
+    "delta_rs_compaction",
+    "compact_written_tables",
+]
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_BATCHES = 10
+"""Batches to wait before a table whose compaction failed is tried again."""
+
+_ERROR_CHARS = 300
+
+
+@dataclass(frozen=True)
+class CompactionPolicy:
+    """When a table is compacted: once it has ``min_files`` small files (smaller than
+    ``target_file_size`` bytes) that compaction can combine, that is two or more in one partition (a lone
+    small file in a partition stays as it is, so it must not keep triggering compactions that do nothing).
+
+    Raises:
+        ValueError: ``min_files`` below 2 or ``target_file_size`` below 1.
+    """
+
+    min_files: int = 50
+    target_file_size: int = 128 * 1024**2
+
+    def __post_init__(self) -> None:
+        if self.min_files < 2:
+            raise ValueError(f"min_files must be >= 2, got {self.min_files}")
+        if self.target_file_size < 1:
+            raise ValueError(f"target_file_size must be >= 1, got {self.target_file_size}")
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "CompactionPolicy":
+        """The policy of ``sink.compaction`` (a :class:`~ticdc_delta.config.CompactionConfig`)."""
+        return cls(min_files=cfg.min_files, target_file_size=cfg.target_file_size)
+
+    def compactable(self, sizes: Mapping[Any, Iterable[int]]) -> int:
+        """How many files compaction would combine: the small files of every partition holding two or more.
+
+        ``sizes``: the sizes (bytes) of a table's files per partition (``()`` for an unpartitioned table).
+        """
+        total = 0
+        for part in sizes.values():
+            small = sum(1 for size in part if size < self.target_file_size)
+            if small >= 2:
+                total += small
+        return total
+
+    def due(self, sizes: Mapping[Any, Iterable[int]]) -> bool:
+        """Whether a table with these file sizes per partition should be compacted now."""
+        return self.compactable(sizes) >= self.min_files
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """What one compaction did: files removed and added, the table version it committed (``None``: none)."""
+
+    files_removed: int
+    files_added: int
+    version: int | None = None
+
+
+TableCompaction = Callable[[str, DeltaTable, CompactionPolicy], CompactionResult]
+"""How an engine compacts one table: ``(path, snapshot, policy) -> result``. Must commit no app transaction;
+raises whatever the engine raises (the caller logs it)."""
+
+
+def files_by_partition(dt: DeltaTable) -> dict[tuple[Any, ...], list[int]]:
+    """The sizes (bytes) of the snapshot's data files per partition (``()`` for an unpartitioned table):
+    read from the snapshot's file list, no data is read."""
+    adds = pa.table(dt.get_add_actions(flatten=False))
+    sizes = adds.column("size_bytes").to_pylist()
+    if "partition" not in adds.column_names or not dt.metadata().partition_columns:
+        return {(): sizes} if sizes else {}
+    out: dict[tuple[Any, ...], list[int]] = {}
+    for size, values in zip(sizes, adds.column("partition").to_pylist()):
+        key = tuple(sorted((values or {}).items()))
+        out.setdefault(key, []).append(size)
+    return out
+
+
+def column_mapping(dt: DeltaTable) -> bool:
+    """Whether the table uses Delta column mapping (which delta-rs 1.x cannot OPTIMIZE)."""
+    return dt.metadata().configuration.get("delta.columnMapping.mode", "none") in ("name", "id")
+
+
+def delta_rs_compaction(path: str, dt: DeltaTable, policy: CompactionPolicy) -> CompactionResult:
+    """Compact with delta-rs (``DeltaTable.optimize.compact``): one commit, no app transaction.
+
+    Raises:
+        NotImplementedError: the table uses column mapping (delta-rs 1.x: "Column mapping is not supported
+            for write operation 'OPTIMIZE' yet"; compact it with ``sink.engine: spark``).
+        deltalake.exceptions.DeltaError: from delta-rs (e.g. ``CommitFailedError``: another writer won).
+    """
+    if column_mapping(dt):
+        raise NotImplementedError(
+            f"{path} uses column mapping, which delta-rs cannot OPTIMIZE: compact it with sink.engine: spark"
+        )
+    metrics = dt.optimize.compact(target_size=policy.target_file_size)
+    removed = int(metrics.get("numFilesRemoved", 0))
+    return CompactionResult(removed, int(metrics.get("numFilesAdded", 0)), dt.version() if removed else None)
+
+
+def _table_name(ident: TableIdent) -> str:
+    return f"{ident.schema}.{ident.table}"
+
+
+def compact_written_tables(
+    sink: Any,
+    tables: Iterable[TableIdent],
+    cfg: Any,
+    compact: TableCompaction,
+    meta: MutableMapping[str, Any],
+    batch_id: int,
+) -> float:
+    """After batch ``batch_id``'s state is saved: compact each of ``tables`` (the tables the batch wrote)
+    that :class:`CompactionPolicy` says is due, with ``compact`` (the engine's way). Never raises for a
+    table: a failure is logged and recorded, and the table is tried again :data:`RETRY_AFTER_BATCHES`
+    batches later. Returns the seconds spent (the progress line's ``timings.compact``).
+
+    Args:
+        sink: the job's delta-rs sink (``snapshot(ident)``, ``table_path(schema, table)``).
+        tables: the tables the batch wrote (:attr:`~ticdc_delta.delta.applier.DeltaApplier.written_tables`).
+        cfg: ``sink.compaction`` (a :class:`~ticdc_delta.config.CompactionConfig`).
+        compact: :func:`delta_rs_compaction` or the ``spark`` engine's
+            (:func:`ticdc_delta.spark.compaction.spark_compaction`).
+        meta: the handler's state meta; ``meta["compaction"]`` is replaced by the updated record (saved with
+            the next batch's state).
+        batch_id: the batch just committed.
+    """
+    started = time.monotonic()
+    if not cfg.enabled:
+        return 0.0
+    policy = CompactionPolicy.from_config(cfg)
+    record = {k: dict(v) for k, v in (meta.get("compaction") or {}).get("tables", {}).items()}
+    changed = False
+    for ident in dict.fromkeys(tables):
+        name = _table_name(ident)
+        entry = record.get(name, {})
+        failed = entry.get("failed_batch")
+        if failed is not None and batch_id - failed < RETRY_AFTER_BATCHES:
+            continue
+        try:
+            dt = sink.snapshot(ident)
+            if dt is None:  # dropped later in the batch
+                continue
+            sizes = files_by_partition(dt)
+            if not policy.due(sizes):
+                continue
+            path = sink.table_path(ident.schema, ident.table)
+            t0 = time.monotonic()
+            result = compact(path, dt, policy)
+        except Exception as exc:  # noqa: BLE001 - compaction never fails the batch: logged, retried later
+            reason = str(exc).splitlines()[0][:_ERROR_CHARS] if str(exc) else type(exc).__name__
+            log.warning("batch %d: compaction of %s failed (tried again in %d batches): %s",
+                        batch_id, name, RETRY_AFTER_BATCHES, reason)
+            record[name] = {**entry, "failed_batch": batch_id, "error": reason}
+            changed = True
+            continue
+        log.info("batch %d: compacted %s: %d files -> %d in %.2fs (table version %s)", batch_id, name,
+                 result.files_removed, result.files_added, time.monotonic() - t0, result.version)
+        entry = {k: v for k, v in entry.items() if k not in ("failed_batch", "error")}
+        entry["compactions"] = entry.get("compactions", 0) + 1
+        entry["files_removed"] = entry.get("files_removed", 0) + result.files_removed
+        entry["files_added"] = entry.get("files_added", 0) + result.files_added
+        entry["last_batch"] = batch_id
+        record[name] = entry
+        changed = True
+    if changed:
+        meta["compaction"] = {"tables": record}
+    return time.monotonic() - started
