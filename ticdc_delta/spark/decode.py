@@ -19,7 +19,10 @@ from ..codec.upstream_lookup import UpstreamLookup, UpstreamSettings
 from ..errors import ConfigError, DecodeError, TransientError
 from ..locations import table_name_problem
 
-__all__ = ["DECODED_SCHEMA", "DECODED_ARROW_SCHEMA", "DecoderSpec", "make_decode_fn", "decode_messages"]
+__all__ = [
+    "DECODED_SCHEMA", "DECODED_ARROW_SCHEMA", "NAMED_SCHEMA", "NAMED_ARROW_SCHEMA", "DecoderSpec", "make_decode_fn",
+    "decode_messages",
+]
 
 DECODED_SCHEMA = (
     "topic string, partition int, offset long, idx int, kind string, commit_ts long, "
@@ -40,6 +43,12 @@ DECODED_ARROW_SCHEMA = pa.schema(
         ("value", pa.binary()),
     ]
 )
+
+NAMED_SCHEMA = DECODED_SCHEMA + ", schema string, table string"
+""":data:`DECODED_SCHEMA` plus the schema and table name of each row change (``None`` for other kinds), folded as the job compares names (``make_decode_fn(spec, names=...)``): what the ``spark`` engine
+groups by without reading the records again."""
+
+NAMED_ARROW_SCHEMA = DECODED_ARROW_SCHEMA.append(pa.field("schema", pa.string())).append(pa.field("table", pa.string()))
 
 _MAX_LONG = (1 << 63) - 1
 
@@ -77,15 +86,19 @@ def decode_messages(
     offsets: list[Any],
     keys: list[Any],
     values: list[Any],
+    fold: Callable[[str], str] | None = None,
 ) -> dict[str, list[Any]]:
-    """Decode a column batch of messages into the columns of :data:`DECODED_ARROW_SCHEMA`."""
-    out: dict[str, list[Any]] = {name: [] for name in DECODED_ARROW_SCHEMA.names}
+    """Decode a column batch of messages into the columns of :data:`DECODED_ARROW_SCHEMA`, or with ``fold``
+    (how names are compared) into those of :data:`NAMED_ARROW_SCHEMA`."""
+    out: dict[str, list[Any]] = {name: [] for name in (NAMED_ARROW_SCHEMA if fold else DECODED_ARROW_SCHEMA).names}
     o_topic, o_part, o_off, o_idx = out["topic"], out["partition"], out["offset"], out["idx"]
     o_kind, o_ts, o_payload = out["kind"], out["commit_ts"], out["payload"]
     o_err, o_key, o_val = out["error"], out["key"], out["value"]
+    o_schema, o_table = out.get("schema", []), out.get("table", [])
 
     def emit(topic: str, part: int, off: int, idx: int, kind: str, ts: int | None, payload: bytes | None,
-             err: str | None = None, key: bytes | None = None, value: bytes | None = None) -> None:
+             err: str | None = None, key: bytes | None = None, value: bytes | None = None,
+             name: tuple[str, str] | None = None) -> None:
         o_topic.append(topic)
         o_part.append(part)
         o_off.append(off)
@@ -96,6 +109,9 @@ def decode_messages(
         o_err.append(err)
         o_key.append(key)
         o_val.append(value)
+        if fold is not None:
+            o_schema.append(None if name is None else fold(name[0]))
+            o_table.append(None if name is None else fold(name[1]))
 
     for topic, part, off, key, value in zip(topics, partitions, offsets, keys, values):
         try:
@@ -106,12 +122,13 @@ def decode_messages(
                 if ts is not None and not 0 <= ts <= _MAX_LONG:
                     raise DecodeError(decoder.protocol, f"commit ts {ts} out of range", topic, part, off)
                 if isinstance(ev, ResolvedEvent):
-                    rows.append((idx, "resolved", ts, None))
+                    rows.append((idx, "resolved", ts, None, None))
                 elif isinstance(ev, (RowChange, DDLEvent)):
                     if isinstance(ev, RowChange) and (bad := table_name_problem(ev.schema, ev.table)):
                         # no Delta location can hold the table: the message goes to the dead-letter table
                         raise DecodeError(decoder.protocol, bad, topic, part, off)
-                    rows.append((idx, ev.kind, ts, dump_record(record_from_event(ev, topic, part, off, idx))))
+                    rows.append((idx, ev.kind, ts, dump_record(record_from_event(ev, topic, part, off, idx)),
+                                 (ev.schema, ev.table) if isinstance(ev, RowChange) else None))
         except DecodeError as exc:
             emit(topic, part, off, 0, "error", None, None, str(exc), key, value)
             continue
@@ -125,14 +142,18 @@ def decode_messages(
             continue
         if not rows:  # a message without events (e.g. an empty Open Protocol batch): keep its offset
             emit(topic, part, off, 0, "empty", None, None)
-        for idx, kind, ts, payload in rows:
-            emit(topic, part, off, idx, kind, ts, payload)
+        for idx, kind, ts, payload, name in rows:
+            emit(topic, part, off, idx, kind, ts, payload, name=name)
     return out
 
 
-def make_decode_fn(spec: DecoderSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function for ``spec``; the decoder is built once per partition task, with one
-    upstream connection (``source.upstream``) opened on its first handle-key-only row and closed at the end."""
+def make_decode_fn(spec: DecoderSpec, *, names: Callable[[str], str] | None = None,
+                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function for ``spec`` (output :data:`DECODED_SCHEMA`, or :data:`NAMED_SCHEMA`
+    with the names folded by ``names``, a picklable function); the decoder is built once per partition
+    task, with one upstream connection (``source.upstream``) opened on its first handle-key-only row and
+    closed at the end."""
+    schema = NAMED_ARROW_SCHEMA if names is not None else DECODED_ARROW_SCHEMA
 
     def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         upstream = UpstreamLookup(spec.upstream) if spec.upstream is not None else None
@@ -141,9 +162,9 @@ def make_decode_fn(spec: DecoderSpec) -> Callable[[Iterator[pa.RecordBatch]], It
             for batch in batches:
                 cols = batch.to_pydict()
                 out = decode_messages(
-                    decoder, cols["topic"], cols["partition"], cols["offset"], cols["key"], cols["value"]
+                    decoder, cols["topic"], cols["partition"], cols["offset"], cols["key"], cols["value"], names
                 )
-                yield pa.RecordBatch.from_pydict(out, schema=DECODED_ARROW_SCHEMA)
+                yield pa.RecordBatch.from_pydict(out, schema=schema)
         finally:
             if upstream is not None:
                 upstream.close()

@@ -54,7 +54,7 @@ from ..delta.state_store import PipelineState
 from ..delta.value_check import ValueScreen
 from ..errors import ConcurrentCommitError, DecodeError, TerminalError
 from ..locations import child_location, fold_name
-from .decode import DECODED_SCHEMA, make_decode_fn
+from .decode import NAMED_SCHEMA, make_decode_fn
 from .delta_sink import SparkDeltaSink
 
 __all__ = ["SparkEngine", "STAGING_SCHEMA", "MERGE_SOURCE_HOOK", "staging_path", "is_conflict"]
@@ -64,12 +64,16 @@ log = logging.getLogger(__name__)
 STAGING_SCHEMA = "held_at long, schema string, table string, commit_ts long, payload binary"
 """The staging table of held rows: ``payload`` is :func:`~ticdc_delta.core.records.dump_record`."""
 
-_ROWS_SCHEMA = "schema string, table string, held boolean, payload binary"
 _OUT_SCHEMA = "schema string, table string, kind string, seg int, commit_ts long, payload binary"
 _SMALL_KINDS = ("meta", "summary", "rejected_ts", "error")
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+# Delta copies a MERGE source it cannot prove deterministic (ours runs Python) before it reads it twice —
+# one Spark job per MERGE. Ours is deterministic by construction: a filter and a pure conversion of the
+# batch's persisted rule output, which a recomputation rebuilds from the same Kafka offsets and staging
+# rows (the rules sort every table's rows by commit ts and coordinates before collapsing them).
+MATERIALIZE_SOURCE_CONF = "spark.databricks.delta.merge.materializeSource"
 
 _CONFLICTS = (
     "ConcurrentAppendException", "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException",
@@ -140,23 +144,39 @@ def _evolve_all(cls: str) -> str:
     return "ignore"
 
 
-def _rows_fn(case_sensitive: bool) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Decoded rows (payload, held) → (folded schema, folded table, held, payload) for grouping."""
-    schema = pa.schema([("schema", pa.string()), ("table", pa.string()), ("held", pa.bool_()),
-                        ("payload", pa.binary())])
+_SMALL_SCHEMA = ("topic string, partition int, kind string, lo long, hi long, n long, offset long, idx int, "
+                 "commit_ts long, payload binary")
+_SMALL_ARROW = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("kind", pa.string()), ("lo", pa.int64()),
+                          ("hi", pa.int64()), ("n", pa.int64()), ("offset", pa.int64()), ("idx", pa.int32()),
+                          ("commit_ts", pa.int64()), ("payload", pa.binary())])
 
-    def project(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            payloads = b.column("payload").to_pylist()
-            schemas, tables = [], []
-            for p in payloads:
-                rec = load_record(p)
-                schemas.append(rec.schema if case_sensitive else fold_name(rec.schema))
-                tables.append(rec.table if case_sensitive else fold_name(rec.table))
-            yield pa.RecordBatch.from_arrays([pa.array(schemas, pa.string()), pa.array(tables, pa.string()),
-                                              b.column("held"), b.column("payload")], schema=schema)
 
-    return project
+def _small_fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Decoded rows → what the driver needs of them, in one pass without a shuffle: per (topic, partition,
+    kind) of each Arrow batch its offset span and count (``lo``/``hi``/``n``), and the DDL and resolved
+    rows themselves (``n`` null)."""
+    import pyarrow.compute as pc
+
+    for b in batches:
+        tbl = pa.Table.from_batches([b])
+        spans = tbl.group_by(["topic", "partition", "kind"], use_threads=False).aggregate(
+            [("offset", "min"), ("offset", "max"), ("offset", "count")])
+        k = spans.num_rows
+        yield pa.RecordBatch.from_arrays([
+            spans.column("topic").combine_chunks(), spans.column("partition").combine_chunks(),
+            spans.column("kind").combine_chunks(), spans.column("offset_min").combine_chunks(),
+            spans.column("offset_max").combine_chunks(), spans.column("offset_count").combine_chunks(),
+            pa.nulls(k, pa.int64()), pa.nulls(k, pa.int32()), pa.nulls(k, pa.int64()), pa.nulls(k, pa.binary()),
+        ], schema=_SMALL_ARROW)
+        marks = tbl.filter(pc.is_in(tbl.column("kind"), pa.array(["ddl", "resolved"])))
+        if marks.num_rows:
+            m = marks.num_rows
+            yield pa.RecordBatch.from_arrays([
+                marks.column("topic").combine_chunks(), marks.column("partition").combine_chunks(),
+                marks.column("kind").combine_chunks(), pa.nulls(m, pa.int64()), pa.nulls(m, pa.int64()),
+                pa.nulls(m, pa.int64()), marks.column("offset").combine_chunks(), marks.column("idx").combine_chunks(),
+                marks.column("commit_ts").combine_chunks(), marks.column("payload").combine_chunks(),
+            ], schema=_SMALL_ARROW)
 
 
 @dataclass(frozen=True)
@@ -224,7 +244,7 @@ def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
         for rejection in screen.rejections:
             emit("rejection", -1, None, pickle.dumps(rejection))
         emit("summary", -1, None, pickle.dumps({"replays": out.replays, "held": len(out.held),
-                                                "released": out.released,
+                                                "released": out.released, "rejections": len(screen.rejections),
                                                 "snapshot_dropped": out.snapshot_dropped}))
         return pa.Table.from_pydict(cols, schema=_OUT_ARROW)
 
@@ -371,28 +391,27 @@ class SparkEngine:
         h, cfg = self.h, self.cfg
         spark = batch_df.sparkSession
         spec = h._decoder_spec()
-        decoded = batch_df.mapInArrow(make_decode_fn(spec), DECODED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+        names = functools.partial(fold_name, case_sensitive=cfg.case_sensitive)
+        decoded = batch_df.mapInArrow(make_decode_fn(spec, names=names), NAMED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
         out = None
         try:
-            # 1. small things to the driver
+            # 1. small things to the driver (one pass over the decoded rows, which it caches)
             offsets: dict[tuple[str, int], list[int]] = {}
             counts = {"row": 0, "ddl": 0, "resolved": 0, "error": 0, "empty": 0}
-            for r in decoded.groupBy("topic", "partition", "kind").agg(
-                F.min("offset").alias("lo"), F.max("offset").alias("hi"), F.count("*").alias("n")
-            ).collect():
-                counts[r["kind"]] = counts.get(r["kind"], 0) + r["n"]
-                span = offsets.setdefault((r["topic"], r["partition"]), [r["lo"], r["hi"]])
-                span[0], span[1] = min(span[0], r["lo"]), max(span[1], r["hi"])
             ddl: list[DDLRecord] = []
             resolved: list[ResolvedMark] = []
-            if counts["ddl"] or counts["resolved"]:
-                for r in decoded.filter(F.col("kind").isin("ddl", "resolved")).select(
-                    "topic", "partition", "offset", "idx", "kind", "commit_ts", "payload"
-                ).collect():
-                    if r["kind"] == "ddl":
-                        ddl.append(load_record(r["payload"]))  # type: ignore[arg-type]
-                    else:
-                        resolved.append(ResolvedMark(r["topic"], r["partition"], r["offset"], r["idx"], r["commit_ts"]))
+            for r in decoded.mapInArrow(_small_fn, _SMALL_SCHEMA).collect():
+                if r["n"] is not None:
+                    counts[r["kind"]] = counts.get(r["kind"], 0) + r["n"]
+                    span = offsets.setdefault((r["topic"], r["partition"]), [r["lo"], r["hi"]])
+                    span[0], span[1] = min(span[0], r["lo"]), max(span[1], r["hi"])
+                elif r["kind"] == "ddl":
+                    ddl.append(load_record(r["payload"]))  # type: ignore[arg-type]
+                else:
+                    resolved.append(ResolvedMark(r["topic"], r["partition"], r["offset"], r["idx"], r["commit_ts"]))
+            # the order the delta-rs engine sees them in (Kafka's, per partition)
+            ddl.sort(key=lambda d: (d.topic, d.partition, d.offset, d.idx))
+            resolved.sort(key=lambda m: (m.topic, m.partition, m.offset, m.idx))
             timings = {"read_decode": time.monotonic() - started}
             h._fault("after_decode", batch_id)
 
@@ -414,25 +433,25 @@ class SparkEngine:
 
             # 4. the per-table part, on the executors
             t_plan = time.monotonic()
-            rows = decoded.filter(F.col("kind") == "row").select("payload", F.lit(False).alias("held"))
+            rows = decoded.filter(F.col("kind") == "row").select("schema", "table", F.lit(False).alias("held"), "payload")
             staged_batch = h._meta.get("staging_batch")
             if staged_batch is not None:
                 rows = rows.unionByName(
-                    spark.read.format("delta").load(self.staging)
-                    .filter(F.col("held_at") == int(staged_batch)).select("payload", F.lit(True).alias("held"))
+                    spark.read.format("delta").load(self.staging).filter(F.col("held_at") == int(staged_batch))
+                    .select("schema", "table", F.lit(True).alias("held"), "payload")
                 )
             if held_rows:
                 rows = rows.unionByName(spark.createDataFrame(
-                    [(dump_record(r), True) for r in held_rows], "payload binary, held boolean"))
+                    [(names(r.schema), names(r.table), True, dump_record(r)) for r in held_rows],
+                    "schema string, table string, held boolean, payload binary"))
             policy = h._ddl_handler.policy if h._ddl_handler is not None else _evolve_all
             has_ddl = bool(ddl) or any(isinstance(r, DDLRecord) for r in state.held)
             job = _TableJob(rules, _ConfiguredKeys(cfg), h._catalog.to_json(), cfg.sink.source_timezone, policy,
                             cfg.case_sensitive, None if has_ddl else _DeltaColumnTypes(cfg))
-            out = (rows.mapInArrow(_rows_fn(cfg.case_sensitive), _ROWS_SCHEMA)
-                   .groupBy("schema", "table").applyInArrow(_table_fn(job), _OUT_SCHEMA)
+            out = (rows.groupBy("schema", "table").applyInArrow(_table_fn(job), _OUT_SCHEMA)
                    .persist(StorageLevel.MEMORY_AND_DISK))
             small = out.filter(F.col("kind").isin(*_SMALL_KINDS)).collect()
-            n_values = out.filter(F.col("kind") == "rejection").count()  # they stay on the executors
+            n_values = 0  # changes the value screen refused: they stay on the executors
             metas: dict[int, list[tuple[str, str, dict]]] = {}
             rejected = list(plan.rejected)
             replays, held = plan.replays_dropped, len(plan.state.held)
@@ -446,6 +465,7 @@ class SparkEngine:
                 elif r["kind"] == "summary":
                     replays += value["replays"]
                     held += value["held"]
+                    n_values += value["rejections"]
                     plan.snapshot_dropped += value.get("snapshot_dropped", 0)
                     if value["held"]:
                         held_by_table[f"{r['schema']}.{r['table']}"] = value["held"]
@@ -712,6 +732,9 @@ class SparkEngine:
         def attempt() -> None:
             session.conf.set(TXN_APP_ID_CONF, txn.app_id)
             session.conf.set(TXN_VERSION_CONF, str(txn.version))
+            ours = session.conf.get(MATERIALIZE_SOURCE_CONF, None) is None  # a value the user set stays
+            if ours:
+                session.conf.set(MATERIALIZE_SOURCE_CONF, "none")
             try:
                 (DeltaTable.forPath(session, task["path"]).alias("t").merge(source.alias("s"), cond)
                  .whenMatchedDelete(f"{op} = '{OP_DELETE}'")
@@ -721,5 +744,7 @@ class SparkEngine:
             finally:
                 session.conf.unset(TXN_APP_ID_CONF)
                 session.conf.unset(TXN_VERSION_CONF)
+                if ours:
+                    session.conf.unset(MATERIALIZE_SOURCE_CONF)
 
         self._retry(f"merge into {ident.schema}.{ident.table}", attempt)
