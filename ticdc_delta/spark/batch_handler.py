@@ -394,6 +394,10 @@ class BatchHandler:
         self._state, self._meta, self._loaded_batch = plan.state, meta, batch_id
         self.batches += 1
         self._fault("after_state", batch_id)
+        # small-file compaction of the tables written (after the state: it never fails the batch)
+        from ..delta.compaction import compact_written_tables, delta_rs_compaction
+        timings["compact"] = compact_written_tables(self.sink, applier.written_tables, self.cfg.sink.compaction,
+                                                    delta_rs_compaction, self._meta, batch_id)
         self._progress(batch_id, offsets, counts, plan, result, len(errors) + len(screen.rejections),
                        time.monotonic() - started, timings, values=len(screen.rejections))
 

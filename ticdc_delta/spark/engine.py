@@ -512,6 +512,11 @@ class SparkEngine:
             h.batches += 1
             timings["state"] = time.monotonic() - t_state
             h._fault("after_state", batch_id)
+            # small-file compaction of the tables written (after the state: it never fails the batch)
+            from ..delta.compaction import compact_written_tables
+            from .compaction import spark_compaction
+            timings["compact"] = compact_written_tables(h.sink, applier.written_tables, cfg.sink.compaction,
+                                                        spark_compaction(spark), h._meta, batch_id)
             if staged_batch is not None and batch_id % 16 == 0:
                 self._clean_staging(spark, batch_id)
             progress = _Progress(dict(plan.topic_watermarks), held, replays, rejected, plan.snapshot_dropped)
