@@ -12,8 +12,8 @@ import pytest
 from ticdc_delta.core.batch_planner import RowsStep
 from ticdc_delta.core.merge import KeyResolver, collapse
 from ticdc_delta.core.records import ChangeRecord, DDLRecord
-from ticdc_delta.delta.applier import DeltaApplier
-from ticdc_delta.delta.arrow_types import widens
+from ticdc_delta.delta.applier import DeltaApplier, TableOptions
+from ticdc_delta.delta.arrow_types import TypeParams, widens
 from ticdc_delta.delta.ddl_replay import DDLReplayer, default_value
 from ticdc_delta.delta.sink import DeltaRsSink, TableIdent
 from ticdc_delta.errors import DDLPolicyError
@@ -33,16 +33,22 @@ class Harness:
         self.ts = 1000 << 18
 
     def ddl(self, query: str, schema: str = "s", table: str = "t") -> None:
-        self.ts += 1 << 18
-        self.applier.apply([DDLRecord(self.ts, "x", 0, 0, 0, schema, table, query, None)], self._next())
+        self.applier.apply([self.ddl_step(query, schema, table)], self._next())
 
     def rows(self, *images: dict[str, Any], table: str = "t", types: dict[str, int] | None = None) -> None:
+        self.applier.apply([self.rows_step(*images, table=table, types=types)], self._next())
+
+    def ddl_step(self, query: str, schema: str = "s", table: str = "t") -> DDLRecord:
+        self.ts += 1 << 18
+        return DDLRecord(self.ts, "x", 0, 0, 0, schema, table, query, None)
+
+    def rows_step(self, *images: dict[str, Any], table: str = "t", types: dict[str, int] | None = None) -> RowsStep:
         recs = []
         for i, img in enumerate(images):
             self.ts += 1 << 18
             cols = tuple((k, (types or {}).get(k, 8), KEY if k == "id" else 0, v) for k, v in img.items())
             recs.append(ChangeRecord(self.ts, "x", 0, i, 0, "s", table, "insert", cols, None))
-        self.applier.apply([RowsStep(collapse(recs, KeyResolver()))], self._next())
+        return RowsStep(collapse(recs, KeyResolver()))
 
     def _next(self) -> int:
         self.batch += 1
@@ -118,3 +124,60 @@ def test_default_value_and_widening() -> None:
     assert widens(pa.decimal128(6, 2), pa.decimal128(10, 4))
     assert not widens(pa.decimal128(6, 2), pa.decimal128(6, 3))
     assert widens(pa.int64(), pa.string()) and not widens(pa.string(), pa.int64())
+
+
+ADD_C = "ALTER TABLE `s`.`t` ADD COLUMN `c` INT"
+REPLAYED_BATCHES = {
+    "add then drop": [ADD_C, {"id": 3, "c": 5}, "ALTER TABLE `s`.`t` DROP COLUMN `c`", {"id": 4}],
+    "add, drop, add as another type": [ADD_C, "ALTER TABLE `s`.`t` DROP COLUMN `c`", {"id": 3},
+                                       "ALTER TABLE `s`.`t` ADD COLUMN `c` DECIMAL(8,3)", ({"id": 4, "c": "1.5"}, {"c": 246})],
+    "add then rename": [ADD_C, {"id": 3, "c": 5}, "ALTER TABLE `s`.`t` RENAME COLUMN `c` TO `e`", {"id": 4, "e": 6}],
+    "rename then add the old name": ["ALTER TABLE `s`.`t` RENAME COLUMN `a` TO `b`", {"id": 3, "b": "z"},
+                                     "ALTER TABLE `s`.`t` ADD COLUMN `a` INT", ({"id": 4, "a": 9}, {"a": 3})],
+    "modify then drop": ["ALTER TABLE `s`.`t` MODIFY `d` DECIMAL(9,2)", {"id": 3, "d": "1234567.00"},
+                         "ALTER TABLE `s`.`t` DROP COLUMN `d`", {"id": 4}],
+}
+ROW_TYPES = {"a": 15, "b": 15, "c": 3, "e": 3, "d": 246}
+
+
+def _batch(h: Harness, spec: list[Any]) -> list[Any]:
+    """DDL text as DDL steps; an image (or an ``(image, types)`` pair) as a rows step."""
+    return [h.ddl_step(s) if isinstance(s, str) else
+            h.rows_step(s[0], types={**ROW_TYPES, **s[1]}) if isinstance(s, tuple) else h.rows_step(s, types=ROW_TYPES)
+            for s in spec]
+
+
+@pytest.mark.parametrize("name", list(REPLAYED_BATCHES))
+def test_a_batch_rerun_after_a_crash_ends_as_one_run(tmp_path: Any, name: str) -> None:
+    """A batch whose DDL adds and then drops (renames, retypes) the same column, crashed after its first k
+    steps and run again (same batch id): the table ends as after one run, with no column added twice and
+    no rows step skipped."""
+    spec = REPLAYED_BATCHES[name]
+    ends = []
+    for crash_after in (None, *range(1, len(spec) + 1)):
+        h = Harness(str(tmp_path / f"k{crash_after}"))
+        h.ddl("CREATE TABLE `s`.`t` (`id` BIGINT NOT NULL, `a` VARCHAR(10), `d` DECIMAL(6,2), PRIMARY KEY (`id`))")
+        h.rows({"id": 1, "a": "x", "d": "1.50"}, types=ROW_TYPES)
+        steps, batch = _batch(h, spec), h._next()
+        if crash_after is not None:
+            h.applier.apply(steps[:crash_after], batch)
+        h.applier.apply(steps, batch)
+        ends.append((crash_after, h.schema(), h.read()))
+    _, once_schema, once_rows = ends[0]
+    for crash_after, schema, rows in ends[1:]:
+        assert (crash_after, schema) == (crash_after, once_schema)
+        assert (crash_after, rows) == (crash_after, once_rows)
+
+
+def test_rows_whose_type_grew_are_merged_when_a_batch_crashed_after_widening_runs_again(h: Harness) -> None:
+    """A crash between the widening of a DECIMAL that grew without a DDL (an Avro schema version) and the
+    MERGE of its rows: the re-run finds the column wide already, and still merges the rows (the schema work
+    takes its step whether or not it commits, so the MERGE keeps the step of the first run)."""
+    h.applier.catalog.set_params("s", "t", "d", TypeParams(9, 2))
+    step, batch = h.rows_step({"id": 3, "d": "1234567.25"}, types={"d": 246}), h._next()
+    col_types = {"id": (8, KEY), "d": (246, 0)}
+    first = DeltaApplier(h.sink, "t", catalog=h.applier.catalog)  # the attempt that crashed
+    first.prepare_table(TableIdent("s", "t"), col_types, True, TableOptions(), batch)
+    assert h.schema().field("d").type == pa.decimal128(9, 2)
+    h.applier.apply([step], batch)
+    assert {r["id"]: r["d"] for r in h.read()} == {1: Decimal("1.50"), 2: None, 3: Decimal("1234567.25")}

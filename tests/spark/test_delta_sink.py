@@ -10,12 +10,17 @@ import json
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from ticdc_delta.config import config_from_mapping
+from ticdc_delta.core.records import DDLRecord
+from ticdc_delta.delta.applier import DeltaApplier, TableOptions
+from ticdc_delta.delta.arrow_types import TypeParams
+from ticdc_delta.delta.ddl_replay import DDLReplayer
 from ticdc_delta.delta.sink import DeltaRsSink, TableIdent, Txn
 from ticdc_delta.errors import ConfigError, SinkError
 from ticdc_delta.spark.delta_sink import SparkDeltaSink, delta_widens_in_place
@@ -36,9 +41,18 @@ def _table(spark: Any, root: Path, *, type_widening: bool = False, column_mappin
     return sink
 
 
+def _commits(sink: SparkDeltaSink) -> list[list[dict]]:
+    logs = sorted((Path(sink.table_path(*T)) / "_delta_log").glob("*.json"))
+    return [[json.loads(line) for line in log.read_text().splitlines()] for log in logs]
+
+
 def _last_commit(sink: SparkDeltaSink) -> list[dict]:
-    log = sorted((Path(sink.table_path(*T)) / "_delta_log").glob("*.json"))[-1]
-    return [json.loads(line) for line in log.read_text().splitlines()]
+    """The last commit that is not only an app transaction (the one after an ALTER TABLE)."""
+    return next(c for c in reversed(_commits(sink)) if not _txn_only(c))
+
+
+def _txn_only(commit: list[dict]) -> bool:
+    return {next(iter(a)) for a in commit} == {"commitInfo", "txn"}
 
 
 def _files_touched(commit: list[dict]) -> int:
@@ -62,6 +76,7 @@ def test_drop_and_rename_column_change_metadata_only_and_delta_rs_reads_the_tabl
 
     assert sink.rename_column(T, "a", "b", Txn("cf", 2))
     assert _files_touched(_last_commit(sink)) == 0
+    assert sink.base.snapshot(T).transaction_version("cf") == 2  # an append of no rows after the ALTER
     assert sink.drop_column(T, "v", Txn("cf", 3))
     assert _files_touched(_last_commit(sink)) == 0
     # replays after a crash: the table no longer needs them
@@ -94,6 +109,33 @@ def test_a_column_change_is_skipped_once_a_later_step_of_the_changefeed_committe
     assert "v" not in sink.table_schema(T).names
 
 
+REPLAYED_DDL = {
+    "add then drop": ["ADD COLUMN `c` INT", "DROP COLUMN `c`"],
+    "add then rename": ["ADD COLUMN `c` INT", "RENAME COLUMN `c` TO `e`"],
+    "add, drop, add as another type": ["ADD COLUMN `c` INT", "DROP COLUMN `c`", "ADD COLUMN `c` VARCHAR(5)"],
+    "rename then add the old name": ["RENAME COLUMN `a` TO `b`", "ADD COLUMN `a` INT"],
+}
+
+
+@integration
+@pytest.mark.parametrize("name", list(REPLAYED_DDL))
+def test_a_batch_of_ddl_run_again_after_a_crash_leaves_the_schema_of_one_run(spark: Any, tmp_path: Path,
+                                                                             name: str) -> None:
+    """The DDL steps of one batch, all applied, then the batch again (a crash before the job state was
+    saved): the ALTERs record the batch's steps, so the re-run neither adds back a dropped or renamed column
+    nor fails on one."""
+    sink = _table(spark, tmp_path)
+    applier = DeltaApplier(sink, "cf", ddl_handler=DDLReplayer(SimpleNamespace()))
+    steps = [DDLRecord((2000 + i) << 18, "x", 0, i, 0, "s", "t", f"ALTER TABLE `s`.`t` {ddl}", None)
+             for i, ddl in enumerate(REPLAYED_DDL[name])]
+    applier.apply(steps, 5)
+    once = sink.table_schema(T)
+    commits = len(_commits(sink))
+    applier.apply(steps, 5)
+    assert sink.table_schema(T) == once
+    assert len(_commits(sink)) == commits  # nothing committed again
+
+
 @integration
 def test_a_wider_decimal_is_a_rewrite_by_default(spark: Any, tmp_path: Path) -> None:
     sink = _table(spark, tmp_path)
@@ -116,6 +158,36 @@ def test_type_widening_widens_a_decimal_in_place(spark: Any, tmp_path: Path) -> 
     # a change Delta cannot make in place (number → text) is still a rewrite
     assert sink.change_column_type(T, "id", pa.string(), Txn("cf", 3))
     assert _files_touched(_last_commit(sink)) > 0
+
+
+@integration
+@pytest.mark.parametrize("type_widening", [True, False])
+def test_a_type_grown_without_ddl_is_widened_in_place_with_type_widening(spark: Any, tmp_path: Path,
+                                                                          type_widening: bool) -> None:
+    """Row images whose DECIMALs grew without a DDL (an Avro schema version): the applier widens the table's
+    columns through the sink, in place (no data file added or removed) when type widening allows it."""
+    sink = SparkDeltaSink(DeltaRsSink(str(tmp_path)), spark, type_widening=type_widening)
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("d", pa.decimal128(6, 2)),
+                        pa.field("e", pa.decimal128(8, 3))])
+    assert sink.ensure_table(T, schema, None, Txn("cf", 0))
+    spark.sql(f"INSERT INTO delta.`{sink.table_path(*T)}` VALUES (1, 1.50, -2.125)")
+    before = len(_commits(sink))
+    applier = DeltaApplier(sink, "cf")
+    applier.catalog.set_params("s", "t", "d", TypeParams(12, 2))
+    applier.catalog.set_params("s", "t", "e", TypeParams(10, 3))
+    col_types = {"id": (8, 0), "d": (246, 0), "e": (246, 0)}  # LONGLONG, NEWDECIMAL
+    assert applier.prepare_table(T, col_types, True, TableOptions(), 3) == {"id": "id", "d": "d", "e": "e"}
+
+    got = sink.table_schema(T)
+    assert (got.field("d").type, got.field("e").type) == (pa.decimal128(12, 2), pa.decimal128(10, 3))
+    touched = sum(_files_touched(c) for c in _commits(sink)[before:])
+    assert (touched == 0) == type_widening
+    assert sink.base.snapshot(T).transaction_version("cf") == 3 * 1024  # the schema step of batch 3
+    rows = spark.read.format("delta").load(sink.table_path(*T)).collect()
+    assert [(r["d"], r["e"]) for r in rows] == [(Decimal("1.50"), Decimal("-2.125"))]
+    commits = len(_commits(sink))
+    DeltaApplier(sink, "cf", catalog=applier.catalog).prepare_table(T, col_types, True, TableOptions(), 3)
+    assert len(_commits(sink)) == commits  # the batch again: nothing to do
 
 
 @integration

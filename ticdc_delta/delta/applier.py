@@ -20,7 +20,7 @@ from ..core.batch_planner import RowsStep
 from ..core.merge import DELETE, TableChanges
 from ..core.records import DDLRecord
 from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, converter_for, widens
-from .sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, TableSink, batch_txn
+from .sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, TableSink, Txn, batch_txn
 from ..errors import SinkError
 
 __all__ = ["TableCatalog", "ApplyResult", "DeltaApplier", "METADATA_COMMIT_TS", "METADATA_OP"]
@@ -211,7 +211,11 @@ class DeltaApplier:
         """The target table's schema work before its rows are written, for either engine: create it from
         the images' column types (plus the metadata columns), add the columns the images carry that it
         lacks, widen drifted types. Returns its columns (lower-case name → name), or ``None`` when the
-        table does not exist and there are only deletes (nothing to do)."""
+        table does not exist and there are only deletes (nothing to do).
+
+        The schema work has a step of its own, taken whatever the table shows, so the data commit after it
+        gets the same step on a re-run of the batch (see :mod:`~ticdc_delta.delta.ddl_replay`)."""
+        txn = self.next_txn(ident, batch_id)
         existing = self.sink.table_schema(ident)
         meta = self.metadata_columns
         if existing is None:
@@ -227,10 +231,10 @@ class DeltaApplier:
         missing = [self._field(ident, n, t, f) for n, (t, f) in col_types.items() if n.lower() not in have]
         if missing:
             # schema drift without a DDL (Avro schema change, a DDL we did not see): evolve additively
-            self.sink.add_columns(ident, missing, self.schema_txn(batch_id))
+            self.sink.add_columns(ident, missing, txn)
             log.info("added columns %s to %s.%s from row images", [f.name for f in missing], *ident)
             have.update({f.name.lower(): f.name for f in missing})
-        self._widen_drifted(ident, existing, col_types, batch_id)
+        self._widen_drifted(ident, existing, col_types, txn)
         return have
 
     def _apply_table(
@@ -281,11 +285,12 @@ class DeltaApplier:
 
 
     def _widen_drifted(
-        self, ident: TableIdent, existing: pa.Schema, col_types: dict[str, tuple[int, int]], batch_id: int
+        self, ident: TableIdent, existing: pa.Schema, col_types: Mapping[str, tuple[int, int]], txn: Txn
     ) -> None:
         """Widen columns whose type the row images say grew without a DDL (Avro: a new schema version
-        with a larger DECIMAL). Narrower or incompatible types keep the table's type (values that do
-        not fit it fail the merge with a clear error)."""
+        with a larger DECIMAL), through the sink's type change: in place where the ``spark`` engine's
+        type widening can, else a rewrite. Narrower or incompatible types keep the table's type (values
+        that do not fit it fail the merge with a clear error)."""
         want: dict[str, pa.DataType] = {}
         for f in existing:
             spec = col_types.get(f.name) or next(
@@ -298,15 +303,8 @@ class DeltaApplier:
                 want[f.name] = target
         if not want:
             return
-
-        def cast(table: pa.Table) -> pa.Table:
-            for name, target in want.items():
-                i = table.column_names.index(name)
-                table = table.set_column(i, pa.field(name, target), table.column(i).cast(target))
-            return table
-
         log.info("widening %s of %s.%s from the row images", want, *ident)
-        self.sink.rewrite(ident, cast, self.next_txn(ident, batch_id))
+        self.sink.change_column_types(ident, want, txn)
 
 
 def iter_tables(steps: Iterable[RowsStep | DDLRecord]) -> Iterable[tuple[str, str]]:

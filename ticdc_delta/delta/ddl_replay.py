@@ -38,8 +38,11 @@ The replayer asks the sink for each change (``add_columns``, ``drop_column``, ``
 :class:`~ticdc_delta.spark.delta_sink.SparkDeltaSink` does DROP / RENAME COLUMN in place (column mapping)
 and, with ``sink.type_widening``, widens types in place (Delta type widening); see there.
 
-Rewrites are one overwrite commit each (with the batch's app transaction, so a re-run batch does not
-rewrite twice); the previous rows stay in the table's Delta history until VACUUM, so no column's data is
+Every change to a table takes the next step of the batch's app transaction for that table
+(:meth:`~ticdc_delta.delta.applier.DeltaApplier.next_txn`), whether or not it commits, so a batch run again
+after a crash numbers its commits as the first run did. A change is skipped when the table has committed its
+step or a later one: a batch that adds and then drops (or renames) a column does not add it again on a
+re-run. Rewrites are one overwrite commit each (with the step's app transaction); the previous rows stay in the table's Delta history until VACUUM, so no column's data is
 lost silently. Column positions (FIRST / AFTER) are not mirrored: Delta column order is the order columns
 were added.
 """
@@ -59,7 +62,7 @@ from ..errors import DDLPolicyError, IdentifierError
 from ..locations import fold_name
 from ..schema import ddl as d
 from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, converter_for, source_zone, widens
-from .sink import TableIdent
+from .sink import TableIdent, Txn
 
 if TYPE_CHECKING:  # pragma: no cover
     from .applier import DeltaApplier
@@ -246,6 +249,11 @@ class DDLReplayer:
             moved = bool(sink.move(ident, new))
             applier.carry_steps(ident, new)
             return moved
+        # A change to one table takes its step before it looks at the table, whether or not it then
+        # commits: a re-run batch must number its commits as the first run did. Were a change the table
+        # already shows skipped without its step, the next commit would get this step's version, which
+        # the table has committed: that commit would be skipped as done.
+        txn = applier.next_txn(ident, batch_id)
         existing = sink.table_schema(ident)
         if existing is None:
             # The table has no Delta table yet (created before the changefeed, no rows so far): the
@@ -255,23 +263,23 @@ class DDLReplayer:
             log.info("%s on %s.%s before it has a Delta table: nothing to change", cls, *ident)
             return False
         if isinstance(change, d.TruncateTable):
-            return bool(sink.overwrite_empty(ident, applier.next_txn(ident, batch_id)))
+            return bool(sink.overwrite_empty(ident, txn))
         if isinstance(change, d.AddColumns):
-            return self._add_columns(change, existing, rec, applier, batch_id)
+            return self._add_columns(change, existing, rec, applier, txn)
         if isinstance(change, d.DropColumn):
             name = _find(existing, change.name)
             if name is None:
                 return False
             applier.catalog.drop_column(ident.schema, ident.table, change.name)
-            return bool(sink.drop_column(ident, name, applier.next_txn(ident, batch_id)))
+            return bool(sink.drop_column(ident, name, txn))
         if isinstance(change, d.RenameColumn):
             old = _find(existing, change.old)
             if old is None or old == change.new:
                 return False
             applier.catalog.rename_column(ident.schema, ident.table, change.old, change.new)
-            return bool(sink.rename_column(ident, old, change.new, applier.next_txn(ident, batch_id)))
+            return bool(sink.rename_column(ident, old, change.new, txn))
         if isinstance(change, d.ModifyColumn):
-            return self._modify_column(change, existing, rec, applier, batch_id)
+            return self._modify_column(change, existing, rec, applier, txn)
         log.warning("DDL class %s has no Delta replay; ignoring %r (commit ts %s)", cls, rec.query, rec.commit_ts)
         return False
 
@@ -279,6 +287,7 @@ class DDLReplayer:
         sink = applier.sink
         ident = TableIdent(change.schema, change.table)
         sink.table_path(*ident)  # IdentifierError first: no location can hold the name
+        txn = applier.next_txn(ident, batch_id)  # taken whatever the table shows (see _evolve)
         if change.like is not None:
             like = sink.table_schema(TableIdent(*change.like))
             if like is None:
@@ -302,13 +311,13 @@ class DDLReplayer:
             have = {f.name.lower() for f in existing}
             missing = [f for f in schema if f.name.lower() not in have]
             if missing:
-                sink.add_columns(ident, missing, applier.schema_txn(batch_id))
+                sink.add_columns(ident, missing, txn)
             return bool(missing)
         opts = applier.options(*ident)
-        return bool(sink.ensure_table(ident, schema, list(opts.partition_by), applier.schema_txn(batch_id)))
+        return bool(sink.ensure_table(ident, schema, list(opts.partition_by), txn))
 
     def _add_columns(self, change: "d.AddColumns", existing: pa.Schema, rec: DDLRecord,
-                     applier: "DeltaApplier", batch_id: int) -> bool:
+                     applier: "DeltaApplier", txn: Txn) -> bool:
         ident = TableIdent(change.schema, change.table)
         fields, defaults = [], {}
         for col in change.columns:
@@ -325,7 +334,7 @@ class DDLReplayer:
         if not fields:
             return False
         if not defaults:
-            return bool(applier.sink.add_columns(ident, fields, applier.schema_txn(batch_id)))
+            return bool(applier.sink.add_columns(ident, fields, txn))
 
         def fill(table: pa.Table) -> pa.Table:
             for field in fields:
@@ -339,10 +348,10 @@ class DDLReplayer:
                 table = table.append_column(field, array)
             return table
 
-        return bool(applier.sink.rewrite(ident, fill, applier.next_txn(ident, batch_id)))
+        return bool(applier.sink.rewrite(ident, fill, txn))
 
     def _modify_column(self, change: "d.ModifyColumn", existing: pa.Schema, rec: DDLRecord,
-                       applier: "DeltaApplier", batch_id: int) -> bool:
+                       applier: "DeltaApplier", txn: Txn) -> bool:
         ident = TableIdent(change.schema, change.table)
         name = _find(existing, change.name)
         col = change.column
@@ -360,7 +369,7 @@ class DDLReplayer:
                 f"{old_type} to {new_type}, which would lose data; set ddl.modify_column: ignore to keep the "
                 f"Delta type: {rec.query!r}"
             )
-        return bool(applier.sink.change_column_type(ident, name, new_type, applier.next_txn(ident, batch_id)))
+        return bool(applier.sink.change_column_type(ident, name, new_type, txn))
 
 
 _NAME_FIELDS = ("schema", "table", "new_schema", "new_table")

@@ -16,7 +16,11 @@ table more than once (rows, TRUNCATE, more rows) must give each write its own, l
 Schema commits (:meth:`~TableSink.ensure_table`, :meth:`~TableSink.add_columns`) are idempotent by
 themselves (create if missing, add only the columns not there yet). They carry the transaction under
 ``app_id + SCHEMA_TXN_SUFFIX`` so that a schema change committed earlier in a batch does not make the
-batch's data commit for the same table look already done.
+batch's data commit for the same table look already done. ``add_columns`` is also skipped when the table
+has committed its transaction under ``app_id`` or a later one: a later step of the batch ran after it (it
+may have dropped or renamed the column again, which the columns alone cannot tell: a re-run batch that adds
+and then drops ``c`` must not add ``c`` again). Its callers give it a transaction no earlier step of the
+batch committed (the DDL's own step, or that of the data commit it prepares).
 
 **Reading back.** ``DeltaTable.to_pyarrow_table()`` / ``to_pyarrow_dataset()`` can make the process abort
 at exit (delta-rs issue 2184: "terminate called without an active exception"; reproduced here with
@@ -73,6 +77,7 @@ __all__ = [
     "commit_properties",
     "already_applied",
     "cast_column",
+    "cast_columns",
 ]
 
 log = logging.getLogger(__name__)
@@ -164,7 +169,8 @@ class TableSink(Protocol):
         ...
 
     def add_columns(self, ident: TableIdent, fields: Sequence[pa.Field], txn: Txn) -> list[str]:
-        """Add the (nullable) columns the table does not have yet; the names added.
+        """Add the (nullable) columns the table does not have yet; the names added. Nothing when the table
+        has committed ``txn`` or a later version of its app id (a later step ran after this one).
 
         Raises:
             SinkError: the table is missing, or has a column of that name with another type.
@@ -213,6 +219,17 @@ class TableSink(Protocol):
     def change_column_type(self, ident: TableIdent, name: str, new_type: pa.DataType, txn: Txn) -> bool:
         """Give column ``name`` the wider type ``new_type`` (the caller checked that every value fits);
         ``True`` unless already done.
+
+        Raises:
+            SinkError: the table is missing, or a value cannot be cast.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        ...
+
+    def change_column_types(self, ident: TableIdent, types: Mapping[str, pa.DataType], txn: Txn) -> bool:
+        """:meth:`change_column_type` for every column of ``types`` (``{name: wider type}``) as one step with
+        one ``txn`` (the applier's widening of the columns whose types grew at once: a commit per column
+        with the same ``txn`` would leave all but the first skipped as done); ``True`` unless already done.
 
         Raises:
             SinkError: the table is missing, or a value cannot be cast.
@@ -409,15 +426,27 @@ def cast_column(name: str, new_type: pa.DataType) -> Callable[[pa.Table], pa.Tab
 
     The transform raises SinkError when a value cannot be cast.
     """
+    return cast_columns({name: new_type})
+
+
+def cast_columns(types: Mapping[str, pa.DataType]) -> Callable[[pa.Table], pa.Table]:
+    """A table transform casting each column of ``types`` (``{name: new type}``) to its type, as
+    :func:`cast_column`.
+
+    The transform raises SinkError when a value cannot be cast.
+    """
+    wanted = dict(types)
 
     def cast(table: pa.Table) -> pa.Table:
-        i = table.column_names.index(name)
-        old_type = table.schema.field(i).type
-        try:
-            column = table.column(i).cast(new_type)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise SinkError(f"cannot cast {name} from {old_type} to {new_type}: {exc}") from exc
-        return table.set_column(i, pa.field(name, new_type), column)
+        for name, new_type in wanted.items():
+            i = table.column_names.index(name)
+            old_type = table.schema.field(i).type
+            try:
+                column = table.column(i).cast(new_type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SinkError(f"cannot cast {name} from {old_type} to {new_type}: {exc}") from exc
+            table = table.set_column(i, pa.field(name, new_type), column)
+        return table
 
     return cast
 
@@ -632,8 +661,10 @@ class DeltaRsSink:
     def add_columns(self, ident: TableIdent, fields: Sequence[pa.Field], txn: Txn) -> list[str]:
         """Add the columns of ``fields`` the table does not have yet, as nullable columns.
 
-        A column already there with the same Delta type is skipped (a re-run batch adds nothing); the
-        names added are returned. Names compare case-insensitively, as MySQL column names do.
+        A column already there with the same Delta type is skipped (a re-run batch adds nothing), and so is
+        the whole call when the table has committed ``txn`` or a later version of its app id (see the
+        module docstring); the names added are returned. Names compare case-insensitively, as MySQL column
+        names do.
 
         Raises:
             TypeError/ValueError: bad arguments.
@@ -646,6 +677,8 @@ class DeltaRsSink:
 
         def attempt() -> list[str]:
             dt = self._require(path)
+            if already_applied(dt, txn):
+                return []
             existing = {f.name.lower(): f for f in _arrow_schema(dt)}
             new: list[DeltaField] = []
             for f in wanted:
@@ -849,6 +882,16 @@ class DeltaRsSink:
             ConcurrentCommitError: other writers kept winning.
         """
         return self.rewrite(ident, cast_column(name, new_type), txn)
+
+    def change_column_types(self, ident: TableIdent, types: Mapping[str, pa.DataType], txn: Txn) -> bool:
+        """Each column of ``types`` (the table's spelling) as its type: one :meth:`rewrite` with the casts.
+
+        Raises:
+            ValueError: bad ``txn``.
+            SinkError: the table is missing, or a value cannot be cast.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        return self.rewrite(ident, cast_columns(types), txn)
 
     def snapshot(self, ident: TableIdent) -> DeltaTable | None:
         """The table's latest delta-rs snapshot (metadata, app transactions), or ``None`` when there is none.

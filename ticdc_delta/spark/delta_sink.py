@@ -13,10 +13,11 @@ call                        Delta Lake
 ``add_columns``             ``ALTER TABLE … ADD COLUMNS`` (metadata only)
 ``drop_column``             ``ALTER TABLE … DROP COLUMN`` (metadata only; the data stays in the files)
 ``rename_column``           ``ALTER TABLE … RENAME COLUMN`` (metadata only)
-``change_column_type``      with ``sink.type_widening``, where Delta widens in place (decimal growth,
+``change_column_type(s)``   with ``sink.type_widening``, where Delta widens in place (decimal growth,
                             integer → wider integer / decimal, float → double, date → timestamp_ntz):
                             ``ALTER TABLE … ALTER COLUMN … TYPE`` (table feature ``typeWidening``);
-                            otherwise a rewrite with a lossless cast
+                            otherwise a rewrite with a lossless cast (also the applier's widening of a
+                            type that grew without a DDL)
 ``rewrite``                 one overwrite commit (``overwriteSchema``), the transform run on the
                             executors (``mapInArrow``): ADD COLUMN with a DEFAULT for existing rows
 ``overwrite_empty``         TRUNCATE: an overwrite with no rows
@@ -36,19 +37,22 @@ protocol commit before the column's own), as Delta enables it by itself only at 
 
 **Idempotence.** Rewrites and TRUNCATE carry the batch's app transaction (``txnAppId``/``txnVersion``
 write options): Delta skips a committed one. An ``ALTER TABLE`` commit records no app transaction (Delta
-takes ``txnAppId``/``txnVersion`` for writes and DML only), so each column change is checked against the
-table before it acts: it is done when the table has committed the change's own transaction version or a
-later one of the changefeed (a later step of the batch, which ran after it, was committed), or when the
-table no longer needs it (the column to drop is gone, the new name is there, the type is the new one).
-``add_columns`` has no step of its own (the ``delta-rs`` engine's numbering) and adds what is missing: as on
-that engine, a batch that adds and then drops the same column and crashes after a later commit to the
-table adds the column again on the re-run.
+takes ``txnAppId``/``txnVersion`` for writes and DML only; the session confs
+``spark.databricks.delta.write.txnAppId``/``txnVersion`` are ignored by ALTER too, Delta 4.0), so DROP,
+RENAME and an in-place type change are followed by an append of no rows carrying the transaction: one
+commit holding only the ``txn`` action. Each change is checked against the table before it acts: it is done
+when the table has committed the change's own transaction version or a later one of the changefeed (a later
+step of the batch, which ran after it, was committed), or when the table no longer needs it (the column to
+drop is gone, the new name is there, the type is the new one); the second check covers a crash between an
+``ALTER`` and its transaction. ``add_columns`` records no transaction of its own (its callers may give it
+the one of the step it prepares), but is skipped when a later step is committed: a re-run batch that added
+and then dropped ``c`` does not add ``c`` again.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import pyarrow as pa
 from deltalake import DeltaTable as RsTable, Field as DeltaField
@@ -59,7 +63,7 @@ from ..delta.sink import (
     TableIdent,
     Txn,
     already_applied,
-    cast_column,
+    cast_columns,
     check_new_fields,
     check_new_table,
     check_txn,
@@ -233,6 +237,12 @@ class SparkDeltaSink:
     def _alter(self, path: str, clause: str) -> None:
         self.spark.sql(f"ALTER TABLE {_sql_table(path)} {clause}")
 
+    def _record(self, path: str, txn: Txn) -> None:
+        """Commit ``txn`` after an ``ALTER TABLE``, which records none: an append of no rows (Delta still
+        commits, with just the ``txn`` action; it skips the append when ``txn`` is committed already)."""
+        (self.spark.read.format("delta").load(path).limit(0).write.format("delta").mode("append")
+         .option("txnAppId", txn.app_id).option("txnVersion", str(txn.version)).save(path))
+
     def _support_types(self, dt: RsTable, path: str, types: Iterable[pa.DataType]) -> None:
         """Add the ``timestampNtz`` table feature before a column of that type joins an existing table:
         Delta enables it by itself only when a table is created (``DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT``)."""
@@ -285,7 +295,8 @@ class SparkDeltaSink:
 
     def add_columns(self, ident: TableIdent, fields: Sequence[pa.Field], txn: Txn) -> list[str]:
         """``ALTER TABLE ADD COLUMNS`` for the columns of ``fields`` the table does not have yet (nullable);
-        the names added. Names compare case-insensitively, as MySQL column names do.
+        the names added. Nothing when the table has committed ``txn`` or a later version of its app id (a
+        later step ran after this one). Names compare case-insensitively, as MySQL column names do.
 
         Raises:
             TypeError/ValueError: bad arguments.
@@ -295,11 +306,13 @@ class SparkDeltaSink:
         from pyspark.sql.pandas.types import from_arrow_type
 
         wanted = check_new_fields(fields)
-        check_txn(txn)
+        txn = check_txn(txn)
         path = self.table_path(*ident)
 
         def attempt() -> list[str]:
             dt = self._require(ident)
+            if already_applied(dt, txn):
+                return []
             existing = {f.name.lower(): f for f in dt.schema().to_arrow()}
             new: list[pa.Field] = []
             for f in wanted:
@@ -335,6 +348,7 @@ class SparkDeltaSink:
             if not _column_mapping(dt):
                 return self._rewrite_now(dt, path, lambda t: t.drop_columns([name]), txn)
             self._alter(path, f"DROP COLUMN {_quote(name)}")
+            self._record(path, txn)
             return True
 
         return self._unless_applied("drop column of", ident, txn, act)
@@ -360,6 +374,7 @@ class SparkDeltaSink:
                 rename = lambda t: t.rename_columns([new if n == old else n for n in t.column_names])  # noqa: E731
                 return self._rewrite_now(dt, path, rename, txn)
             self._alter(path, f"RENAME COLUMN {_quote(old)} TO {_quote(new)}")
+            self._record(path, txn)
             return True
 
         return self._unless_applied("rename column of", ident, txn, act)
@@ -373,25 +388,42 @@ class SparkDeltaSink:
             SinkError: the table is missing, or a value cannot be cast.
             ConcurrentCommitError: other writers kept winning.
         """
+        return self.change_column_types(ident, {name: new_type}, txn)
+
+    def change_column_types(self, ident: TableIdent, types: Mapping[str, pa.DataType], txn: Txn) -> bool:
+        """Each column of ``types`` (the table's spelling) as its wider type, as one step: with
+        ``type_widening`` and when Delta can widen every one of them in place, ``ALTER COLUMN … TYPE`` each,
+        else one rewrite with the casts. Columns gone or already of their type are left alone.
+
+        Raises:
+            ValueError: bad ``txn``.
+            SinkError: the table is missing, or a value cannot be cast.
+            ConcurrentCommitError: other writers kept winning.
+        """
         from pyspark.sql.pandas.types import from_arrow_type
 
+        wanted = dict(types)
+
         def act(dt: RsTable, schema: pa.Schema, path: str) -> bool:
-            if name not in schema.names:
+            todo = {name: t for name, t in wanted.items()
+                    if name in schema.names and schema.field(name).type != _stored_type(pa.field(name, t))}
+            if not todo:
                 return False
-            old_type = schema.field(name).type
-            if old_type == _stored_type(pa.field(name, new_type)):
-                return False
-            if not (self.type_widening and delta_widens_in_place(old_type, new_type)):
-                return self._rewrite_now(dt, path, cast_column(name, new_type), txn)
-            self._support_types(dt, path, [new_type])
+            if not (self.type_widening and all(delta_widens_in_place(schema.field(name).type, t)
+                                               for name, t in todo.items())):
+                return self._rewrite_now(dt, path, cast_columns(todo), txn)
+            self._support_types(dt, path, todo.values())
             if dt.metadata().configuration.get(TYPE_WIDENING_PROPERTY) != "true":
                 self._alter(path, f"SET TBLPROPERTIES ('{TYPE_WIDENING_PROPERTY}' = 'true')")
-            spark_type = from_arrow_type(new_type, prefer_timestamp_ntz=True).simpleString()
-            self._alter(path, f"ALTER COLUMN {_quote(name)} TYPE {spark_type}")
-            log.info("widened %s of %s from %s to %s in place (Delta type widening)", name, path, old_type, new_type)
+            for name, new_type in todo.items():
+                spark_type = from_arrow_type(new_type, prefer_timestamp_ntz=True).simpleString()
+                self._alter(path, f"ALTER COLUMN {_quote(name)} TYPE {spark_type}")
+                log.info("widened %s of %s from %s to %s in place (Delta type widening)",
+                         name, path, schema.field(name).type, new_type)
+            self._record(path, txn)
             return True
 
-        return self._unless_applied("change a column type of", ident, txn, act)
+        return self._unless_applied("change column types of", ident, txn, act)
 
     # --- data rewrites ----------------------------------------------------------------------------------
 
