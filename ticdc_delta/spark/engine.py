@@ -21,10 +21,12 @@ batch the state holds and built the ts guard):
    carries the app transaction ``(changefeed, N·1024 + step)`` through the session confs
    ``spark.databricks.delta.write.txnAppId``/``txnVersion``: after a crash the re-run skips what was
    committed, with the same numbering as the ``delta-rs`` engine.
-5. Rows still held are appended to the staging table (``<checkpoint>/staging``) tagged ``held_at = N``
-   (transaction ``(changefeed/staging, N)``); the state blob records ``staging_batch = N`` and is saved
-   with transaction ``N``. Batch ``N+1`` reads ``held_at = N`` only, so a re-run of a crashed batch reads
-   exactly what its first attempt read. Older staging rows are deleted now and then.
+5. Rows still held are appended to the staging table (``<checkpoint>/staging``) tagged ``held_at = N`` and
+   ``app`` = the app id (``changefeed~epoch``; transaction ``(app/staging, N)``); the state blob records
+   ``staging_batch = N`` and ``staging_app`` and is saved with transaction ``N``. Batch ``N+1`` reads those
+   rows only, so a re-run of a crashed batch reads exactly what its first attempt read — also after a
+   ``reset``, whose new epoch numbers its batches from 0 again while the old epoch's rows are still there.
+   Rows no batch will read again are deleted now and then.
 
 Nothing on the driver grows with the number of rows in a batch.
 """
@@ -61,7 +63,7 @@ __all__ = ["SparkEngine", "STAGING_SCHEMA", "MERGE_SOURCE_HOOK", "staging_path",
 
 log = logging.getLogger(__name__)
 
-STAGING_SCHEMA = "held_at long, schema string, table string, commit_ts long, payload binary"
+STAGING_SCHEMA = "held_at long, schema string, table string, commit_ts long, payload binary, app string"
 """The staging table of held rows: ``payload`` is :func:`~ticdc_delta.core.records.dump_record`."""
 
 _OUT_SCHEMA = "schema string, table string, kind string, seg int, commit_ts long, payload binary"
@@ -434,10 +436,13 @@ class SparkEngine:
             # 4. the per-table part, on the executors
             t_plan = time.monotonic()
             rows = decoded.filter(F.col("kind") == "row").select("schema", "table", F.lit(False).alias("held"), "payload")
-            staged_batch = h._meta.get("staging_batch")
+            staged_batch, staged_app = h._meta.get("staging_batch"), h._meta.get("staging_app")
             if staged_batch is not None:
+                which = F.col("held_at") == int(staged_batch)
+                if staged_app is not None:  # (a state written before staging rows carried their app id: none)
+                    which = which & (F.col("app") == staged_app)
                 rows = rows.unionByName(
-                    spark.read.format("delta").load(self.staging).filter(F.col("held_at") == int(staged_batch))
+                    spark.read.format("delta").load(self.staging).filter(which)
                     .select("schema", "table", F.lit(True).alias("held"), "payload")
                 )
             if held_rows:
@@ -488,8 +493,9 @@ class SparkEngine:
             rows_held = held - len(plan.state.held)
             if rows_held:
                 self._append(out.filter(F.col("kind") == "held").select(
-                    F.lit(batch_id).cast("long").alias("held_at"), "schema", "table", "commit_ts", "payload"),
-                    self.staging, Txn(h._app_id + "/staging", batch_id))
+                    F.lit(batch_id).cast("long").alias("held_at"), "schema", "table", "commit_ts", "payload",
+                    F.lit(h._app_id).alias("app")),
+                    self.staging, Txn(h._app_id + "/staging", batch_id), merge_schema=True)
             from .batch_handler import next_state_meta  # the handler imports this module
 
             meta = next_state_meta(
@@ -499,6 +505,7 @@ class SparkEngine:
                         "snapshot_dropped": plan.snapshot_dropped},
             )
             meta["staging_batch"] = batch_id if rows_held else None
+            meta["staging_app"] = h._app_id if rows_held else None
             meta["rows_held"] = rows_held
             meta["held_by_table"] = held_by_table  # for `status` (the rows are in the staging table)
             h._fault("before_state", batch_id)
@@ -518,7 +525,7 @@ class SparkEngine:
             timings["compact"] = compact_written_tables(h.sink, applier.written_tables, cfg.sink.compaction,
                                                         spark_compaction(spark), h._meta, batch_id)
             if staged_batch is not None and batch_id % 16 == 0:
-                self._clean_staging(spark, batch_id)
+                self._clean_staging(spark, meta["staging_batch"], meta["staging_app"])
             progress = _Progress(dict(plan.topic_watermarks), held, replays, rejected, plan.snapshot_dropped)
             h._progress(batch_id, offsets, counts, progress, result, counts["error"] + n_values,
                         time.monotonic() - started, timings, values=n_values)
@@ -591,12 +598,16 @@ class SparkEngine:
         log.warning("batch %d: %d change(s) with a value no Delta column can hold sent to %s: %s",
                     batch_id, n, self.cfg.dead_letter_path, describe(3))
 
-    def _clean_staging(self, spark: Any, batch_id: int) -> None:
-        """Delete staging rows older than the last committed batch's (never read again)."""
+    def _clean_staging(self, spark: Any, keep_batch: int | None, keep_app: str | None) -> None:
+        """Delete the staging rows no batch will read again: all but those of ``(keep_batch, keep_app)``,
+        the rows the next batch reads (none: ``None``). Other epochs' rows (before a ``reset``) go too."""
         from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
 
+        stale = F.lit(True) if keep_batch is None else ~(
+            (F.col("held_at") == int(keep_batch)) & F.col("app").eqNullSafe(F.lit(keep_app)))
         try:
-            self._retry("clean staging", lambda: DeltaTable.forPath(spark, self.staging).delete(f"held_at < {batch_id}"))
+            self._retry("clean staging", lambda: DeltaTable.forPath(spark, self.staging).delete(stale))
         except Exception as exc:  # noqa: BLE001 - housekeeping: the next clean-up tries again
             log.warning("could not clean the staging table %s: %s", self.staging, str(exc).splitlines()[0][:200])
 
