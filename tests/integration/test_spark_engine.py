@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from ticdc_delta.config import config_from_mapping
+from ticdc_delta.delta.state_store import StateStore
 from ticdc_delta.status import collect_status
 from ticdc_delta.spark.batch_handler import FAULT_ENV, InjectedFault
 from ticdc_delta.spark.job import build_handler, run_job
@@ -79,6 +80,27 @@ def test_spark_engine_restart_after_a_fault_at_each_stage(stage: str, broker: An
     monkeypatch.delenv(FAULT_ENV)
     run_job(cfg, once=True, spark=spark, handler=build_handler(cfg))
     _assert_matches(cfg, oracle)
+    _assert_each_txn_committed_once(tmp_path / "job" / "lake")
+
+
+def test_a_changefeed_begun_on_delta_rs_continues_on_the_spark_engine(
+    broker: Any, spark: Any, tmp_path: Path, unique_name: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The upgrade path of the default engine: a changefeed stopped on ``delta-rs`` with rows held in its
+    state blob goes on with ``sink.engine: spark`` (same checkpoint, same tables): nothing lost or doubled."""
+    topic = unique_name("switch")
+    oracle, source = _stream(broker, topic, "open-protocol", tmp_path, events=800, seed=11)
+    source["max_offsets_per_trigger"] = 300
+    before = _config(tmp_path, "job", dict(source), "delta-rs")
+    monkeypatch.setenv(FAULT_ENV, "after_state@0")  # stop the delta-rs run after its first batch
+    with pytest.raises(InjectedFault):
+        run_job(before, once=True, spark=spark, handler=build_handler(before))
+    monkeypatch.delenv(FAULT_ENV)
+    state = StateStore(str(tmp_path / "job" / "ckpt" / "state"), "it").load()
+    assert state is not None and state.batch_id == 0 and state.held  # rows held in the state blob
+    after = _config(tmp_path, "job", dict(source), "spark")
+    assert run_job(after, once=True, spark=spark, handler=build_handler(after)) >= 1
+    _assert_matches(after, oracle)
     _assert_each_txn_committed_once(tmp_path / "job" / "lake")
 
 
