@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 JARS   := .jars
 JARS_STAMP := $(JARS)/.fetched-stamp
 
-.PHONY: install mariadb demo test test-fast bench bench-decode bench-e2e bench-cores bench-latency soak lint clean
+.PHONY: install mariadb demo test test-spark test-fast bench bench-decode bench-e2e bench-cores bench-latency soak lint clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ demo: $(STAMP) $(JARS_STAMP)
 ## the whole test suite (unit + integration with a real broker, Spark and Delta tables)
 test: $(STAMP) $(JARS_STAMP) mariadb
 	$(BIN)/python -m pytest -q
+
+## every integration test on the spark engine (the job's default engine; `make test` runs the slow
+## engine-agnostic ones on delta-rs and the spark engine's own tests) — ~30 min on 2 cores
+test-spark: $(STAMP) $(JARS_STAMP) mariadb
+	TICDC_DELTA_TEST_ENGINE=spark $(BIN)/python -m pytest -q tests/integration
 
 ## unit tests only (no broker, no Spark)
 test-fast: $(STAMP)

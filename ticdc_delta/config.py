@@ -562,7 +562,7 @@ class SinkConfig(_Model):
     source_timezone: Annotated[str, BeforeValidator(_timezone)] = "UTC"
     # how micro-batches are applied: `delta-rs` (rows planned on the driver, written with delta-rs) or
     # `spark` (rules on the executors, Delta Lake's MERGE; ticdc_delta/spark/engine.py)
-    engine: Literal["delta-rs", "spark"] = "delta-rs"
+    engine: Literal["delta-rs", "spark"] = "spark"
     # spark engine: MERGEs of one DDL segment run concurrently, one Spark session per thread
     merge_threads: Annotated[int, Field(ge=1, le=64)] = 2
     # spark engine: retries of a MERGE/append that lost to another writer before exit 75

@@ -18,7 +18,21 @@ import pytest
 
 from ticdc_delta.local_broker import free_port
 
-__all__ = ["ProgressLines", "MariaDB", "capture_logs", "mariadb_programs", "running_mariadb"]
+__all__ = ["ProgressLines", "MariaDB", "capture_logs", "job_engine", "mariadb_programs", "running_mariadb"]
+
+ENGINE_ENV = "TICDC_DELTA_TEST_ENGINE"
+
+
+def job_engine(default: str = "delta-rs") -> str:
+    """``sink.engine`` for an integration test that is not about one engine: ``$TICDC_DELTA_TEST_ENGINE``
+    when set (``make test-spark`` runs every such test on the ``spark`` engine, the default engine of the
+    job), else ``default``. ``make test`` runs the slow, engine-agnostic ones (broker outage, SIGKILL soak,
+    DDL matrix, end to end per protocol) on ``delta-rs``, whose batches cost a fraction of a second, and
+    has their ``spark`` twins in the engine's own tests (parity per protocol, fault stages, versions)."""
+    engine = os.environ.get(ENGINE_ENV) or default
+    if engine not in ("delta-rs", "spark"):
+        raise ValueError(f"{ENGINE_ENV} must be delta-rs or spark, got {engine!r}")
+    return engine
 
 
 @contextmanager

@@ -25,6 +25,7 @@ from ticdc_delta.simulator import simulate
 from ticdc_delta.simulator.output import MemorySink
 from ticdc_delta.spark.batch_handler import _ConfiguredSink
 from ticdc_delta.verify import compare_with_oracle
+from tests.integration.conftest import job_engine
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +65,7 @@ def _write_config(path: Path, tmp_path: Path, servers: str, topic: str, cap: int
         "changefeed": "outage",
         "source": {"bootstrap_servers": servers, "topic": topic, "protocol": "open-protocol",
                    "max_offsets_per_trigger": cap},
-        "sink": {"path": str(tmp_path / "lake")},
+        "sink": {"path": str(tmp_path / "lake"), "engine": job_engine()},
         "checkpoint": str(tmp_path / "ckpt"),
         "trigger_interval": "1 second",
         "log_level": "WARNING",
@@ -175,7 +176,7 @@ def test_s3_checkpoint_without_hadoop_aws_names_the_jar(spark: Any, tmp_path: Pa
     cfg = config_from_mapping({
         "changefeed": "s3ck",
         "source": {"bootstrap_servers": "127.0.0.1:9", "topic": "t", "protocol": "open-protocol"},
-        "sink": {"path": str(tmp_path / "lake")},
+        "sink": {"path": str(tmp_path / "lake"), "engine": job_engine()},
         "checkpoint": "s3://ticdc-delta-no-such-bucket/ckpt",
     })
     with pytest.raises(ConfigError, match=r"no Hadoop filesystem for s3:// .*org\.apache\.hadoop:hadoop-aws:3\.4\.1") as caught:

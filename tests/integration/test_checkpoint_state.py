@@ -26,6 +26,7 @@ from ticdc_delta.simulator.output import MemorySink
 from ticdc_delta.spark.batch_handler import _ConfiguredSink
 from ticdc_delta.spark.job import build_handler, run_job
 from ticdc_delta.verify import compare_with_oracle
+from tests.integration.conftest import job_engine
 
 if TYPE_CHECKING:
     from tests.integration.conftest import ProgressLines
@@ -46,7 +47,7 @@ def _setup(broker: Any, topic: str, tmp: Path, *, events: int = 500, seed: int =
         "changefeed": "ck",
         "source": {"bootstrap_servers": broker.bootstrap_servers, "topic": topic, "protocol": "canal-json",
                    "options": CANAL, **source},
-        "sink": {"path": str(tmp / "lake")},
+        "sink": {"path": str(tmp / "lake"), "engine": job_engine("spark")},
         "checkpoint": str(tmp / "ckpt"),
     }
     cfg = config_from_mapping(data)

@@ -24,6 +24,7 @@ from ticdc_delta.simulator import simulate
 from ticdc_delta.simulator.output import KafkaSink
 from ticdc_delta.spark.batch_handler import _ConfiguredSink
 from ticdc_delta.verify import compare_with_oracle
+from tests.integration.conftest import job_engine
 
 pytestmark = pytest.mark.integration
 
@@ -106,7 +107,7 @@ def test_claim_check_on_s3_lands_exactly(s3_server: dict[str, str], broker: Any,
     mapping = {"changefeed": "cc-s3",
                "source": {"bootstrap_servers": broker.bootstrap_servers, "topic": topic,
                           "protocol": "canal-json", "options": opts},
-               "sink": {"path": str(tmp_path / "lake")}, "checkpoint": str(tmp_path / "ckpt")}
+               "sink": {"path": str(tmp_path / "lake"), "engine": job_engine()}, "checkpoint": str(tmp_path / "ckpt")}
     job = tmp_path / "job.yaml"
     job.write_text(json.dumps(mapping))
     # as a user runs it: a local job's executors are Python workers that inherit the job's environment,

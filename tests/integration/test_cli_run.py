@@ -15,6 +15,7 @@ from ticdc_delta.cli import EXIT_RETRYABLE, EXIT_TERMINAL
 from ticdc_delta.local_broker import free_port
 from ticdc_delta.simulator import simulate
 from ticdc_delta.simulator.output import KafkaSink
+from tests.integration.conftest import job_engine
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +44,7 @@ source:
   options: {{enable-tidb-extension: "true"}}
 sink:
   path: {tmp_path / "lake"}
+  engine: {job_engine("spark")}
 checkpoint: {tmp_path / "ckpt"}
 """
     )
@@ -80,7 +82,7 @@ source:
     sasl.mechanism: PLAIN
     sasl.username: u
     sasl.password: ${{KAFKA_PASSWORD}}
-sink: {{path: {tmp_path / "lake"}}}
+sink: {{path: {tmp_path / "lake"}, engine: {job_engine("spark")}}}
 checkpoint: {tmp_path / "ckpt"}
 """
     )

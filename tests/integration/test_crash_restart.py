@@ -23,6 +23,7 @@ from ticdc_delta.simulator import simulate
 from ticdc_delta.simulator.output import KafkaSink
 from ticdc_delta.spark.batch_handler import _ConfiguredSink
 from ticdc_delta.verify import compare_with_oracle
+from tests.integration.conftest import job_engine
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +61,7 @@ def test_sigkill_at_random_moments_then_restart(broker: Any, tmp_path: Path, uni
         "changefeed": "crash",
         "source": {"bootstrap_servers": broker.bootstrap_servers, "topic": topic, "protocol": "open-protocol",
                    "options": options, "max_offsets_per_trigger": max(30, result.summary["messages"] // 12)},
-        "sink": {"path": str(tmp_path / "lake")},
+        "sink": {"path": str(tmp_path / "lake"), "engine": job_engine()},
         "checkpoint": str(tmp_path / "ckpt"),
         "log_level": "WARNING",
     }))

@@ -40,6 +40,7 @@ from ticdc_delta.errors import DDLPolicyError
 from ticdc_delta.simulator.oracle import Oracle, TableOracle
 from ticdc_delta.simulator.scenario import Scenario, ScenarioMessage
 from ticdc_delta.verify import compare_with_oracle
+from tests.integration.conftest import job_engine
 
 pytestmark = pytest.mark.integration
 
@@ -673,7 +674,7 @@ def _config(tmp: Path, broker: Any, topic: str, protocol: str, options: dict[str
                            "options": options, **source}
     if limit is not None:
         src["max_offsets_per_trigger"] = limit
-    data: dict[str, Any] = {"changefeed": "ddl-matrix", "source": src, "sink": {"path": str(tmp / "lake")},
+    data: dict[str, Any] = {"changefeed": "ddl-matrix", "source": src, "sink": {"path": str(tmp / "lake"), "engine": job_engine()},
                             "checkpoint": str(tmp / "ckpt")}
     if ddl:
         data["ddl"] = ddl

@@ -21,6 +21,7 @@ from ticdc_delta.simulator.output import KafkaSink
 from ticdc_delta.spark.batch_handler import FAULT_ENV, InjectedFault, _ConfiguredSink
 from ticdc_delta.spark.job import build_handler, run_job
 from ticdc_delta.verify import compare_with_oracle
+from tests.integration.conftest import job_engine
 
 if TYPE_CHECKING:
     from tests.integration.conftest import ProgressLines
@@ -64,7 +65,7 @@ def _config(tmp: Path, source: dict[str, Any], **extra: Any) -> Any:
     data = {
         "changefeed": "it",
         "source": source,
-        "sink": {"path": str(tmp / "lake")},
+        "sink": {"path": str(tmp / "lake"), "engine": job_engine()},
         "checkpoint": str(tmp / "ckpt"),
         **extra,
     }

@@ -25,7 +25,7 @@ from ticdc_delta.codec.upstream_lookup import UpstreamLookup, UpstreamSettings
 from ticdc_delta.errors import HandleKeyOnlyError, UpstreamRowError, UpstreamUnavailableError
 from ticdc_delta.local_broker import free_port
 from ticdc_delta.simulator.scenario import Scenario
-from tests.integration.conftest import mariadb_programs, running_mariadb
+from tests.integration.conftest import mariadb_programs, running_mariadb, job_engine
 
 pytestmark = pytest.mark.integration
 
@@ -232,7 +232,7 @@ def test_the_job_lands_handle_key_only_rows_read_from_the_upstream(
 
     dsn = f"mysql://{mariadb.user}@{mariadb.host}:{mariadb.port}/?connect_timeout=5"
     cfg = config_from_mapping({"changefeed": "hko", "source": {**source, "upstream": dsn},
-                               "sink": {"path": str(tmp_path / "lake")}, "checkpoint": str(tmp_path / "ckpt")})
+                               "sink": {"path": str(tmp_path / "lake"), "engine": job_engine()}, "checkpoint": str(tmp_path / "ckpt")})
     run_job(cfg, once=True, spark=spark)
     oracle = twin.sc.oracle()
     oracle = dataclasses.replace(oracle, tables={k: v for k, v in oracle.tables.items() if k == "hk_job.t"})

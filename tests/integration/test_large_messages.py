@@ -15,6 +15,7 @@ from ticdc_delta.simulator.output import KafkaSink, MemorySink
 from ticdc_delta.spark.batch_handler import _ConfiguredSink
 from ticdc_delta.spark.job import run_job
 from ticdc_delta.verify import compare_with_oracle
+from tests.integration.conftest import job_engine
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +38,7 @@ def _run(broker: Any, spark: Any, tmp: Path, topic: str, protocol: str, options:
             path.write_text(extra["schemas"].get(sid))
             files[sid] = str(path)
         source["avro_schemas"] = files
-    cfg = config_from_mapping({"changefeed": "lm", "source": source, "sink": {"path": str(tmp / "lake")},
+    cfg = config_from_mapping({"changefeed": "lm", "source": source, "sink": {"path": str(tmp / "lake"), "engine": job_engine()},
                                "checkpoint": str(tmp / "ckpt")})
     run_job(cfg, once=True, spark=spark)
     return cfg, result.oracle
@@ -115,7 +116,7 @@ def test_claim_check_missing_object_is_a_dead_letter(broker: Any, spark: Any, tm
     victim.unlink()
     source = {"bootstrap_servers": broker.bootstrap_servers, "topic": topic, "protocol": "canal-json",
               "options": opts}
-    cfg = config_from_mapping({"changefeed": "lm", "source": source, "sink": {"path": str(tmp_path / "lake")},
+    cfg = config_from_mapping({"changefeed": "lm", "source": source, "sink": {"path": str(tmp_path / "lake"), "engine": job_engine()},
                                "checkpoint": str(tmp_path / "ckpt")})
     run_job(cfg, once=True, spark=spark)
     dead = read_table(cfg.dead_letter_path).to_pylist()
@@ -150,14 +151,14 @@ def test_handle_key_only_is_never_applied(protocol: str, options: dict[str, str]
             refused += 1
     assert refused > 0
     source = {"bootstrap_servers": broker.bootstrap_servers, "topic": topic, "protocol": protocol, "options": opts}
-    strict = config_from_mapping({"changefeed": "lm", "source": source, "sink": {"path": str(tmp_path / "strict")},
+    strict = config_from_mapping({"changefeed": "lm", "source": source, "sink": {"path": str(tmp_path / "strict"), "engine": job_engine()},
                                   "checkpoint": str(tmp_path / "strict-ckpt"), "dead_letter": {"fail_on_error": True}})
     with pytest.raises(DecodeError, match="fail_on_error.*large-message-handle-option=handle-key-only.*claim-check"):
         run_job(strict, once=True, spark=spark)
     assert not Path(strict.dead_letter_path).exists()
     assert not (tmp_path / "strict-ckpt" / "state").exists()
 
-    cfg = config_from_mapping({"changefeed": "lm", "source": source, "sink": {"path": str(tmp_path / "lake")},
+    cfg = config_from_mapping({"changefeed": "lm", "source": source, "sink": {"path": str(tmp_path / "lake"), "engine": job_engine()},
                                "checkpoint": str(tmp_path / "ckpt")})
     run_job(cfg, once=True, spark=spark)
     dead = read_table(cfg.dead_letter_path).to_pylist()

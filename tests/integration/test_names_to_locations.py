@@ -14,6 +14,7 @@ from ticdc_delta.config import config_from_mapping
 from ticdc_delta.delta.ddl_replay import DDLReplayer
 from ticdc_delta.delta.sink import TableIdent
 from ticdc_delta.spark.batch_handler import DEAD_LETTER_IDENT, BatchHandler
+from tests.integration.conftest import job_engine
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +42,7 @@ def test_hostile_names_through_the_batch_handler(spark: Any, tmp_path: Path) -> 
     cfg = config_from_mapping({
         "changefeed": "names",
         "source": {"bootstrap_servers": "127.0.0.1:9", "topic": "cdc", "protocol": "canal-json"},
-        "sink": {"path": str(lake)},
+        "sink": {"path": str(lake), "engine": job_engine("spark")},
         "checkpoint": str(ckpt),
     })
     values = [

@@ -25,7 +25,7 @@ from ticdc_delta.errors import ConfigError
 from ticdc_delta.jars import spark_jars
 from ticdc_delta.snapshot.jdbc import JdbcSource
 from ticdc_delta.snapshot.load import load_snapshot, spark_ddl_schema
-from tests.integration.conftest import mariadb_programs, running_mariadb
+from tests.integration.conftest import mariadb_programs, running_mariadb, job_engine
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +62,7 @@ def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def test_tables_read_over_jdbc_in_key_ranges_typed_as_the_stream_types_them(
         spark: Any, tmp_path: Path, mariadb: str) -> None:
     cfg = config_from_mapping({
-        "changefeed": "jdbc", "checkpoint": str(tmp_path / "ckpt"), "sink": {"path": str(tmp_path / "lake")},
+        "changefeed": "jdbc", "checkpoint": str(tmp_path / "ckpt"), "sink": {"path": str(tmp_path / "lake"), "engine": job_engine()},
         "source": {"bootstrap_servers": "127.0.0.1:9", "topic": "cdc", "protocol": "canal-json"},
     })
     source = JdbcSource(spark, mariadb, ["shop.*"], tso=4242 << 18, partitions=3)
