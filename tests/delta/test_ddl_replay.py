@@ -14,7 +14,7 @@ from ticdc_delta.core.merge import KeyResolver, collapse
 from ticdc_delta.core.records import ChangeRecord, DDLRecord
 from ticdc_delta.delta.applier import DeltaApplier, TableOptions
 from ticdc_delta.delta.arrow_types import TypeParams, widens
-from ticdc_delta.delta.ddl_replay import DDLReplayer, default_value
+from ticdc_delta.delta.ddl_replay import DDLReplayer, ddl_tables, default_value
 from ticdc_delta.delta.sink import DeltaRsSink, TableIdent
 from ticdc_delta.errors import DDLPolicyError
 from ticdc_delta.schema.ddl import parse_ddl
@@ -181,3 +181,24 @@ def test_rows_whose_type_grew_are_merged_when_a_batch_crashed_after_widening_run
     assert h.schema().field("d").type == pa.decimal128(9, 2)
     h.applier.apply([step], batch)
     assert {r["id"]: r["d"] for r in h.read()} == {1: Decimal("1.50"), 2: None, 3: Decimal("1234567.25")}
+
+
+@pytest.mark.parametrize("query,table,expected", [
+    ("ALTER TABLE T ADD COLUMN c INT", "T", {("s", "t")}),
+    ("ALTER TABLE T DROP COLUMN c, RENAME COLUMN a TO b", "T", {("s", "t")}),
+    ("RENAME TABLE a TO b, c TO x.d", "a", {("s", "a"), ("s", "b"), ("s", "c"), ("x", "d")}),
+    ("CREATE TABLE n LIKE o.p", "n", {("s", "n"), ("o", "p")}),
+    ("TRUNCATE TABLE T", "T", {("s", "t")}),
+    ("CREATE INDEX i ON T (a)", "T", {("s", "t")}),
+    ("DROP DATABASE S", "", None),  # every table of the schema
+    ("CREATE DATABASE z", "", None),
+    ("this is not sql", "T", None),  # unknown: could be any table
+])
+def test_ddl_tables_names_what_a_ddl_can_change(query: str, table: str, expected: set | None) -> None:
+    got = ddl_tables(DDLRecord(1, "t", 0, 0, 0, "S", table, query, None))
+    assert got == (None if expected is None else frozenset(expected))
+
+
+def test_ddl_tables_keeps_the_case_of_a_case_sensitive_job() -> None:
+    rec = DDLRecord(1, "t", 0, 0, 0, "S", "T", "ALTER TABLE T ADD COLUMN c INT", None)
+    assert ddl_tables(rec, case_sensitive=True) == frozenset({("S", "T")})

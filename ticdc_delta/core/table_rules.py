@@ -68,6 +68,10 @@ class TableRules:
     guard: TsGuard | None = None
     case_sensitive: bool = False
     seam: SnapshotSeam | None = None
+    # per DDL step, the (folded) tables it can change, or None: every table (the default, and the answer for
+    # anything not known to touch named tables only). A table's rows move past the steps that leave it alone,
+    # so it gets one MERGE per DDL *of its own* in a batch instead of one per DDL of the batch.
+    concerns: tuple[frozenset[tuple[str, str]] | None, ...] | None = None
 
     def partition_watermark(self, topic: str, partition: int, offset: int, idx: int) -> int | None:
         """The partition's watermark just before ``(offset, idx)``: the largest of the starting watermark
@@ -141,9 +145,13 @@ class TableRules:
             released = sorted(candidates, key=_order)
         out.released = len(released)
         order = self._ddl_order
+        own = self._own_steps(released[0]) if released and self.concerns is not None else None
         by_segment: dict[int, list[ChangeRecord]] = {}
         for rec in released:
             seg = len(order) if self.mode == OFFSET_ORDER else bisect_right(order, apply_order(rec))
+            if own is not None:  # just before the table's next own DDL step (or at the end)
+                i = bisect_left(own, seg)
+                seg = own[i] if i < len(own) else len(order)
             by_segment.setdefault(seg, []).append(rec)
         for seg in range(len(self.ddl_steps) + 1):
             run = by_segment.get(seg)
@@ -155,6 +163,12 @@ class TableRules:
             if screen is not None and seg < len(self.ddl_steps):
                 screen.ddl(self.ddl_steps[seg])
         return out
+
+    def _own_steps(self, rec: ChangeRecord) -> list[int]:
+        """The indexes of the DDL steps that can change ``rec``'s table (``concerns``), ascending."""
+        assert self.concerns is not None  # noqa: S101 - callers check
+        name = (rec.schema, rec.table)
+        return [i for i, tables in enumerate(self.concerns) if tables is None or name in tables]
 
 
 def _fold(rec: ChangeRecord) -> ChangeRecord:
@@ -174,12 +188,15 @@ def plan_coordination(
     guard: TsGuard | None = None,
     case_sensitive: bool = False,
     seam: SnapshotSeam | None = None,
+    concerns: Callable[[DDLRecord], frozenset[tuple[str, str]] | None] | None = None,
 ) -> tuple[BatchPlan, TableRules]:
     """The driver's part: :func:`~.batch_planner.plan_batch` over the resolved marks and DDL only
     (``state.held`` must hold only DDL: held rows live with the rows), and the :class:`TableRules` for the
     executors. The plan's steps are the DDL steps; its state is the state after the batch, with the held
     DDL (the held rows are the executors' :attr:`TableOutcome.held`). ``seam`` drops the DDL and (on the
-    executors) the rows that tables' snapshots already hold, as in ``plan_batch``.
+    executors) the rows that tables' snapshots already hold, as in ``plan_batch``. ``concerns``: the
+    (folded) tables a DDL can change, ``None`` for any (:attr:`TableRules.concerns`); without it every DDL
+    splits every table's rows.
 
     Raises:
         ValueError: held rows in ``state``, or an unknown mode.
@@ -205,7 +222,8 @@ def plan_coordination(
                 wm = m.ts if wm is None or m.ts >= wm else wm
                 after.append(wm)
             marks[tp] = (tuple((m.offset, m.idx) for m in items), tuple(after))  # type: ignore[misc]
-    rules = TableRules(mode, start, marks, dict(plan.topic_watermarks), steps, guard, case_sensitive, seam or None)
+    rules = TableRules(mode, start, marks, dict(plan.topic_watermarks), steps, guard, case_sensitive, seam or None,
+                       None if concerns is None else tuple(concerns(d) for d in steps))
     return plan, rules
 
 

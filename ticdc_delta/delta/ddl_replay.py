@@ -67,9 +67,33 @@ from .sink import TableIdent, Txn
 if TYPE_CHECKING:  # pragma: no cover
     from .applier import DeltaApplier
 
-__all__ = ["DDLReplayer", "column_params", "default_value"]
+__all__ = ["DDLReplayer", "column_params", "default_value", "ddl_tables"]
 
 log = logging.getLogger(__name__)
+
+
+def ddl_tables(rec: DDLRecord, *, case_sensitive: bool = False) -> frozenset[tuple[str, str]] | None:
+    """The (schema, table) names, folded unless ``case_sensitive``, that replaying ``rec`` can change or
+    read (RENAME TABLE both names, CREATE TABLE ... LIKE its source), or ``None`` when it may touch any
+    table: a database-level statement, one naming no table, one that does not parse."""
+    fold = (lambda n: n) if case_sensitive else (lambda n: n.lower())
+    try:
+        changes = d.parse_ddl(rec.query, default_schema=rec.schema, ddl_type=rec.ddl_type)
+    except Exception:  # noqa: BLE001 - the replay reports it; here it only means "could be any table"
+        return None
+    names = {(fold(rec.schema), fold(rec.table))} if rec.table else set()
+    for change in changes:
+        table = getattr(change, "table", "")
+        if not isinstance(table, str) or not table:
+            return None
+        names.add((fold(getattr(change, "schema", "") or rec.schema), fold(table)))
+        new_table = getattr(change, "new_table", None)
+        if new_table:
+            names.add((fold(getattr(change, "new_schema", "") or rec.schema), fold(new_table)))
+        like = getattr(change, "like", None)
+        if like:
+            names.add((fold(like[0]), fold(like[1])))
+    return frozenset(names)
 
 
 def column_params(col: "d.ColumnDef") -> TypeParams:

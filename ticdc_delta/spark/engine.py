@@ -14,7 +14,9 @@ batch the state holds and built the ts guard):
    drop, release up to the topic watermark, DDL segment, value screen, collapse per key. Out come the
    final changes per (table, segment), the rows still held, and per table a few counters.
 4. Per segment, every table's final changes are applied with **one** ``DeltaTable.merge`` (tables of a
-   segment concurrently, one Spark session per thread); the batch's DDL steps run between segments on the
+   segment concurrently, one Spark session per thread); a table's rows are split only by the DDL that can
+   change it (:func:`~ticdc_delta.delta.ddl_replay.ddl_tables`), so a batch with DDL on other tables still
+   MERGEs it once; the batch's DDL steps run between segments on the
    driver (:mod:`ticdc_delta.delta.ddl_replay`, as in the ``delta-rs`` engine) with Delta Lake's own
    operations (:class:`~ticdc_delta.spark.delta_sink.SparkDeltaSink`: tables created with column mapping,
    ``ALTER TABLE`` for columns), which also create the tables and add the columns rows carry. Each MERGE
@@ -51,6 +53,7 @@ from ..core.records import ChangeRecord, DDLRecord, dump_record, load_record
 from ..core.table_rules import TableRules, plan_coordination
 from ..delta.applier import ApplyResult, DeltaApplier
 from ..delta.arrow_types import arrow_type_for, converter_for
+from ..delta.ddl_replay import ddl_tables
 from ..delta.sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, Txn
 from ..delta.state_store import PipelineState
 from ..delta.value_check import ValueScreen
@@ -430,8 +433,10 @@ class SparkEngine:
                                       state.applied_ddl)
             h._avro_type_params(spec, h._catalog)
             partitions = {t: h._partitions_of(t) for t in cfg.topics} if h.mode == WATERMARK else None
+            # a table's rows are split only by its own DDL: one MERGE per table between them (ddl_tables)
             plan, rules = plan_coordination(ddl_state, ddl, resolved, mode=h.mode, partitions=partitions,
-                                            guard=guard, case_sensitive=cfg.case_sensitive, seam=seam)
+                                            guard=guard, case_sensitive=cfg.case_sensitive, seam=seam,
+                                            concerns=functools.partial(ddl_tables, case_sensitive=cfg.case_sensitive))
 
             # 4. the per-table part, on the executors
             t_plan = time.monotonic()
