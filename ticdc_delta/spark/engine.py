@@ -398,7 +398,7 @@ class SparkEngine:
         spec = h._decoder_spec()
         names = functools.partial(fold_name, case_sensitive=cfg.case_sensitive)
         decoded = batch_df.mapInArrow(make_decode_fn(spec, names=names), NAMED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
-        out = None
+        out = view = None
         try:
             # 1. small things to the driver (one pass over the decoded rows, which it caches)
             offsets: dict[tuple[str, int], list[int]] = {}
@@ -490,7 +490,13 @@ class SparkEngine:
 
             # 5. MERGE per table per segment, DDL between segments
             t_apply = time.monotonic()
-            result, applier = self._apply(spark, out, metas, rules.ddl_steps, batch_id)
+            if metas:
+                # the MERGEs' threads read ``out`` through a global view (a DataFrame belongs to one
+                # session). Dropping a view uncaches its plan, which is ``out``'s: it is dropped last
+                # (below), after the staging append has read ``out`` too
+                view = f"ticdc_out_{uuid.uuid4().hex}"
+                out.createOrReplaceGlobalTempView(view)
+            result, applier = self._apply(spark, view, metas, rules.ddl_steps, batch_id)
             timings["apply"] = time.monotonic() - t_apply
 
             # 6. held rows to the staging table, then the state
@@ -535,6 +541,8 @@ class SparkEngine:
             h._progress(batch_id, offsets, counts, progress, result, counts["error"] + n_values,
                         time.monotonic() - started, timings, values=n_values)
         finally:
+            if view is not None:
+                spark.catalog.dropGlobalTempView(view)
             decoded.unpersist()
             if out is not None:
                 out.unpersist()
@@ -618,7 +626,7 @@ class SparkEngine:
 
     # --- applying ---------------------------------------------------------------------------------------
 
-    def _apply(self, spark: Any, out: Any, metas: dict[int, list[tuple[str, str, dict]]],
+    def _apply(self, spark: Any, view: str | None, metas: dict[int, list[tuple[str, str, dict]]],
                ddl_steps: tuple[DDLRecord, ...], batch_id: int) -> tuple[ApplyResult, DeltaApplier]:
         h = self.h
         # table creation and DDL with Delta Lake's own operations (column mapping, ALTER TABLE)
@@ -633,35 +641,27 @@ class SparkEngine:
         )
         applier._steps = {}
         result = ApplyResult()
-        view = None
         merged = [False]
-        if metas:
-            view = f"ticdc_out_{uuid.uuid4().hex}"
-            out.createOrReplaceGlobalTempView(view)
-        try:
-            for seg in range(len(ddl_steps) + 1):
-                tasks = []
-                for schema, table, meta in sorted(metas.get(seg, []), key=lambda m: (m[0], m[1])):
-                    task = self._prepare(applier, schema, table, meta, seg, batch_id)
-                    if task is not None:
-                        tasks.append(task)
-                        name = f"{schema}.{table}"
-                        result.rows[name] = result.rows.get(name, 0) + meta["rows"]
-                        result.deleted[name] = result.deleted.get(name, 0) + meta["deleted"]
-                        if meta["last_ts"] is not None:
-                            result.commit_ts[name] = max(result.commit_ts.get(name, 0), meta["last_ts"])
-                if tasks:
-                    self._merge_all(spark, view, tasks, merged, batch_id)
-                if seg < len(ddl_steps):
-                    step = ddl_steps[seg]
-                    changed = h._ddl_handler(step, applier, batch_id) if h._ddl_handler else False
-                    if changed:
-                        result.ddl_applied += 1
-                    else:
-                        result.ddl_ignored += 1
-        finally:
-            if view is not None:
-                spark.catalog.dropGlobalTempView(view)
+        for seg in range(len(ddl_steps) + 1):
+            tasks = []
+            for schema, table, meta in sorted(metas.get(seg, []), key=lambda m: (m[0], m[1])):
+                task = self._prepare(applier, schema, table, meta, seg, batch_id)
+                if task is not None:
+                    tasks.append(task)
+                    name = f"{schema}.{table}"
+                    result.rows[name] = result.rows.get(name, 0) + meta["rows"]
+                    result.deleted[name] = result.deleted.get(name, 0) + meta["deleted"]
+                    if meta["last_ts"] is not None:
+                        result.commit_ts[name] = max(result.commit_ts.get(name, 0), meta["last_ts"])
+            if tasks:
+                self._merge_all(spark, view, tasks, merged, batch_id)
+            if seg < len(ddl_steps):
+                step = ddl_steps[seg]
+                changed = h._ddl_handler(step, applier, batch_id) if h._ddl_handler else False
+                if changed:
+                    result.ddl_applied += 1
+                else:
+                    result.ddl_ignored += 1
         return result, applier
 
     def _prepare(self, applier: DeltaApplier, schema: str, table: str, meta: dict, seg: int,
@@ -730,6 +730,7 @@ class SparkEngine:
         """One ``DeltaTable.merge`` of a table's final changes of one segment, with its app transaction in
         the session's ``txnAppId``/``txnVersion`` confs (Delta skips it when already committed)."""
         from delta.tables import DeltaTable
+        from pyspark import StorageLevel
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -756,13 +757,18 @@ class SparkEngine:
             ours = session.conf.get(MATERIALIZE_SOURCE_CONF, None) is None  # a value the user set stays
             if ours:
                 session.conf.set(MATERIALIZE_SOURCE_CONF, "none")
+            # Delta reads a MERGE's source twice (the files it touches, then the rows it writes): the
+            # converted rows are kept after the first read instead of converted again (per attempt, so a
+            # retried MERGE converts them after its new snapshot of the target, as the hook expects)
+            cached = source.persist(StorageLevel.MEMORY_AND_DISK)
             try:
-                (DeltaTable.forPath(session, task["path"]).alias("t").merge(source.alias("s"), cond)
+                (DeltaTable.forPath(session, task["path"]).alias("t").merge(cached.alias("s"), cond)
                  .whenMatchedDelete(f"{op} = '{OP_DELETE}'")
                  .whenMatchedUpdate(f"{op} = '{OP_UPSERT}'", assign)
                  .whenNotMatchedInsert(f"{op} = '{OP_UPSERT}'", assign)
                  .execute())
             finally:
+                cached.unpersist()
                 session.conf.unset(TXN_APP_ID_CONF)
                 session.conf.unset(TXN_VERSION_CONF)
                 if ours:
