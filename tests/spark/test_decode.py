@@ -45,3 +45,16 @@ def test_unreachable_claim_check_storage_is_retried_not_dead_lettered(tmp_path: 
     opts = {**opts, "claim-check-storage-uri": str(tmp_path / "blocker")}
     with pytest.raises(ClaimCheckUnavailableError, match="failed 4 times"):
         _decode(opts, messages)
+
+
+def test_spark_ddl_is_derived_from_the_arrow_schema() -> None:
+    import pyarrow as pa
+
+    from ticdc_delta.spark.decode import DECODED_ARROW_SCHEMA, DECODED_SCHEMA, NAMED_SCHEMA, spark_ddl
+
+    assert spark_ddl(pa.schema([("a", pa.string()), ("b", pa.int32()), ("c", pa.int64()), ("d", pa.binary()),
+                                ("e", pa.bool_())])) == "a string, b int, c long, d binary, e boolean"
+    assert DECODED_SCHEMA == spark_ddl(DECODED_ARROW_SCHEMA)
+    assert NAMED_SCHEMA == DECODED_SCHEMA + ", schema string, table string"
+    with pytest.raises(KeyError):
+        spark_ddl(pa.schema([("f", pa.float64())]))

@@ -172,9 +172,9 @@ def compact_written_tables(
             the next batch's state).
         batch_id: the batch just committed.
     """
-    started = time.monotonic()
     if not cfg.enabled:
         return 0.0
+    started = time.monotonic()
     policy = CompactionPolicy.from_config(cfg)
     record = {k: dict(v) for k, v in (meta.get("compaction") or {}).get("tables", {}).items()}
     changed = False

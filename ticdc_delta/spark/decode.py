@@ -21,13 +21,22 @@ from ..locations import table_name_problem
 
 __all__ = [
     "DECODED_SCHEMA", "DECODED_ARROW_SCHEMA", "NAMED_SCHEMA", "NAMED_ARROW_SCHEMA", "DecoderSpec", "make_decode_fn",
-    "decode_messages",
+    "decode_messages", "spark_ddl",
 ]
 
-DECODED_SCHEMA = (
-    "topic string, partition int, offset long, idx int, kind string, commit_ts long, "
-    "payload binary, error string, key binary, value binary"
-)
+_SPARK_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "long", pa.binary(): "binary",
+                pa.bool_(): "boolean"}
+
+
+def spark_ddl(schema: pa.Schema) -> str:
+    """The Spark DDL string of an Arrow schema of plain columns (``mapInArrow``/``applyInArrow`` output):
+    one definition per schema, the Arrow one.
+
+    Raises:
+        KeyError: a type other than string, int32, int64, binary or bool.
+    """
+    return ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in schema)
+
 
 DECODED_ARROW_SCHEMA = pa.schema(
     [
@@ -43,12 +52,12 @@ DECODED_ARROW_SCHEMA = pa.schema(
         ("value", pa.binary()),
     ]
 )
-
-NAMED_SCHEMA = DECODED_SCHEMA + ", schema string, table string"
-""":data:`DECODED_SCHEMA` plus the schema and table name of each row change (``None`` for other kinds), folded as the job compares names (``make_decode_fn(spec, names=...)``): what the ``spark`` engine
-groups by without reading the records again."""
+DECODED_SCHEMA = spark_ddl(DECODED_ARROW_SCHEMA)
 
 NAMED_ARROW_SCHEMA = DECODED_ARROW_SCHEMA.append(pa.field("schema", pa.string())).append(pa.field("table", pa.string()))
+NAMED_SCHEMA = spark_ddl(NAMED_ARROW_SCHEMA)
+""":data:`DECODED_SCHEMA` plus the schema and table name of each row change (``None`` for other kinds), folded as the job compares names (``make_decode_fn(spec, names=...)``): what the ``spark`` engine
+groups by without reading the records again."""
 
 _MAX_LONG = (1 << 63) - 1
 
