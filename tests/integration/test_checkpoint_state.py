@@ -20,7 +20,7 @@ from ticdc_delta.cli import EXIT_OK, EXIT_USAGE, main
 from ticdc_delta.config import config_from_mapping
 from ticdc_delta.delta.sink import read_table
 from ticdc_delta.delta.state_store import RESET_BATCH_ID, StateStore
-from ticdc_delta.errors import CheckpointMismatchError
+from ticdc_delta.errors import CheckpointMismatchError, ImplausibleTimestampError
 from ticdc_delta.simulator import simulate
 from ticdc_delta.simulator.output import MemorySink
 from ticdc_delta.spark.batch_handler import _ConfiguredSink
@@ -90,6 +90,30 @@ def test_forged_watermark_is_dead_lettered_and_later_rows_still_apply(
     assert sum(line["implausible_ts"] for line in progress.lines) == 1
 
 
+def test_row_with_forged_commit_ts_stops_under_fail_on_error_then_is_dead_lettered(
+    broker: Any, spark: Any, tmp_path: Path, unique_name: Any, progress: ProgressLines
+) -> None:
+    topic = unique_name("forged-row")
+    oracle, messages, cfg, yaml_path = _setup(broker, topic, tmp_path)
+    # a second copy of a row change, its commit ts forged (the original still applies)
+    n, original = next((i, m) for i, m in enumerate(messages) if m[2] and b'"isDdl":false' in m[2])
+    body = json.loads(original[2])
+    body["_tidb"]["commitTs"] = FORGED
+    forged = json.dumps(body).encode()
+    broker.produce_many(topic, messages[: n + 1] + [(original[0], original[1], forged)] + messages[n + 1:])
+    strict = config_from_mapping({**json.loads(yaml_path.read_text()), "dead_letter": {"fail_on_error": True}})
+    with pytest.raises(ImplausibleTimestampError, match=r"1 event\(s\) with an implausible ts .* first at "):
+        run_job(strict, once=True, spark=spark)
+    assert not Path(cfg.dead_letter_path).exists()  # nothing of the batch was committed
+    run_job(cfg, once=True, spark=spark)
+    _assert_matches(cfg, oracle)
+    dead = read_table(cfg.dead_letter_path).to_pylist()
+    assert len(dead) == 1
+    assert dead[0]["partition"] == original[0] and bytes(dead[0]["value"]) == forged
+    assert f"commit ts {FORGED}" in dead[0]["error"] and "ahead of the reference clock" in dead[0]["error"]
+    assert sum(line["implausible_ts"] for line in progress.lines) == 1
+
+
 def test_spark_checkpoint_deleted_stops_then_reset_from_state_loses_nothing(
     broker: Any, spark: Any, tmp_path: Path, unique_name: Any
 ) -> None:
@@ -119,6 +143,12 @@ def test_spark_checkpoint_deleted_stops_then_reset_from_state_loses_nothing(
 
     assert run_job(cfg, once=True, spark=spark) >= 1
     _assert_matches(cfg, oracle)
+    staging = tmp_path / "ckpt" / "staging"
+    if held.meta.get("staging_batch") is not None and staging.exists():  # spark engine
+        # the old epoch's held rows are cleaned up by the first batch after the reset (batch 0 again)
+        old_app = f"{cfg.changefeed}~{held.meta['epoch']}"
+        assert held.meta["staging_app"] == old_app
+        assert [r for r in read_table(str(staging)).to_pylist() if r["app"] == old_app] == []
 
 
 def test_state_deleted_stops_then_reset_from_earliest_rebuilds(

@@ -528,7 +528,8 @@ class BatchHandler:
             "replays_dropped": plan.replays_dropped,
             "dead_letters": dead,
             "dead_letter_values": values,
-            "implausible_ts": len(plan.rejected),
+            # the spark engine's plan counts them (its rows' rejections stay on the executors)
+            "implausible_ts": plan.implausible_ts if hasattr(plan, "implausible_ts") else len(plan.rejected),
             "snapshot_dropped": getattr(plan, "snapshot_dropped", 0),
             "watermark": low,
             "watermark_lag_s": lag,

@@ -59,7 +59,7 @@ from ..delta.state_store import PipelineState
 from ..delta.value_check import ValueScreen
 from ..errors import ConcurrentCommitError, DecodeError, TerminalError
 from ..locations import child_location, fold_name
-from .decode import NAMED_SCHEMA, make_decode_fn
+from .decode import NAMED_SCHEMA, make_decode_fn, spark_ddl
 from .delta_sink import SparkDeltaSink
 
 __all__ = ["SparkEngine", "STAGING_SCHEMA", "MERGE_SOURCE_HOOK", "staging_path", "is_conflict"]
@@ -69,8 +69,7 @@ log = logging.getLogger(__name__)
 STAGING_SCHEMA = "held_at long, schema string, table string, commit_ts long, payload binary, app string"
 """The staging table of held rows: ``payload`` is :func:`~ticdc_delta.core.records.dump_record`."""
 
-_OUT_SCHEMA = "schema string, table string, kind string, seg int, commit_ts long, payload binary"
-_SMALL_KINDS = ("meta", "summary", "rejected_ts", "error")
+_SMALL_KINDS = ("meta", "summary", "error")
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
@@ -149,11 +148,10 @@ def _evolve_all(cls: str) -> str:
     return "ignore"
 
 
-_SMALL_SCHEMA = ("topic string, partition int, kind string, lo long, hi long, n long, offset long, idx int, "
-                 "commit_ts long, payload binary")
 _SMALL_ARROW = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("kind", pa.string()), ("lo", pa.int64()),
                           ("hi", pa.int64()), ("n", pa.int64()), ("offset", pa.int64()), ("idx", pa.int32()),
                           ("commit_ts", pa.int64()), ("payload", pa.binary())])
+_SMALL_SCHEMA = spark_ddl(_SMALL_ARROW)
 
 
 def _small_fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -199,6 +197,7 @@ class _TableJob:
 
 _OUT_ARROW = pa.schema([("schema", pa.string()), ("table", pa.string()), ("kind", pa.string()),
                         ("seg", pa.int32()), ("commit_ts", pa.int64()), ("payload", pa.binary())])
+_OUT_SCHEMA = spark_ddl(_OUT_ARROW)
 
 
 def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
@@ -250,7 +249,8 @@ def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
             emit("rejection", -1, None, pickle.dumps(rejection))
         emit("summary", -1, None, pickle.dumps({"replays": out.replays, "held": len(out.held),
                                                 "released": out.released, "rejections": len(screen.rejections),
-                                                "snapshot_dropped": out.snapshot_dropped}))
+                                                "snapshot_dropped": out.snapshot_dropped,
+                                                "rejected_ts": len(out.rejected)}))
         return pa.Table.from_pydict(cols, schema=_OUT_ARROW)
 
     return apply
@@ -288,8 +288,7 @@ _DEAD_VALUES_ARROW = pa.schema([
     ("schema", pa.string()), ("table", pa.string()), ("column", pa.string()), ("column_value", pa.binary()),
     ("row", pa.string()), ("order_ts", pa.int64()), ("idx", pa.int32()), ("payload", pa.binary()),
 ])
-_DEAD_VALUES_SCHEMA = ("topic string, partition int, offset long, error string, schema string, table string, "
-                       "column string, column_value binary, row string, order_ts long, idx int, payload binary")
+_DEAD_VALUES_SCHEMA = spark_ddl(_DEAD_VALUES_ARROW)
 
 
 def _dead_values_fn() -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -318,6 +317,20 @@ def _dead_values_fn() -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.Record
     return convert
 
 
+_REJECTED_TS_ARROW = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                                ("idx", pa.int32()), ("reason", pa.string())])
+_REJECTED_TS_SCHEMA = spark_ddl(_REJECTED_TS_ARROW)
+
+
+def _rejected_ts_fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Rows the ts guard refused (pickled :class:`~ticdc_delta.core.batch_planner.RejectedTs`) → their
+    coordinates and reason."""
+    for b in batches:
+        rejected = [pickle.loads(p) for p in b.column("payload").to_pylist()]
+        yield pa.RecordBatch.from_pydict({name: [getattr(r, name) for r in rejected] for name in _REJECTED_TS_ARROW.names},
+                                         schema=_REJECTED_TS_ARROW)
+
+
 def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
@@ -332,7 +345,7 @@ class _Progress:
     topic_watermarks: dict[str, int | None]
     held: int
     replays_dropped: int
-    rejected: list[Any]
+    implausible_ts: int
     snapshot_dropped: int = 0
 
 
@@ -344,6 +357,7 @@ class SparkEngine:
         self.cfg = handler.cfg
         self.staging = staging_path(self.cfg.checkpoint)
         self._sessions = threading.local()
+        self._compaction: Any = None  # spark_compaction(spark), made on the first batch (its own session)
 
     # --- helpers ---------------------------------------------------------------------------------------
 
@@ -463,7 +477,7 @@ class SparkEngine:
             small = out.filter(F.col("kind").isin(*_SMALL_KINDS)).collect()
             n_values = 0  # changes the value screen refused: they stay on the executors
             metas: dict[int, list[tuple[str, str, dict]]] = {}
-            rejected = list(plan.rejected)
+            rows_rejected = 0  # rows the ts guard refused: they stay on the executors too
             replays, held = plan.replays_dropped, len(plan.state.held)
             held_by_table: dict[str, int] = {}
             for r in small:
@@ -477,14 +491,13 @@ class SparkEngine:
                     held += value["held"]
                     n_values += value["rejections"]
                     plan.snapshot_dropped += value.get("snapshot_dropped", 0)
+                    rows_rejected += value["rejected_ts"]
                     if value["held"]:
                         held_by_table[f"{r['schema']}.{r['table']}"] = value["held"]
-                elif r["kind"] == "rejected_ts":
-                    rejected.append(value)
-            rejected.sort(key=lambda x: (x.topic, x.partition, x.offset, x.idx))
             timings["plan"] = time.monotonic() - t_plan
-            if rejected:
-                h._dead_letter_implausible(batch_df, rejected, batch_id)
+            implausible = len(plan.rejected) + rows_rejected
+            if implausible:
+                self._dead_letter_implausible(batch_df, out, plan.rejected, implausible, batch_id)
             if n_values:
                 self._dead_letter_values(out, n_values, batch_id)
 
@@ -512,7 +525,7 @@ class SparkEngine:
             meta = next_state_meta(
                 h._meta, plan, applier, result, offsets, query_id,
                 totals={"replays_dropped": replays, "dead_letters": counts["error"] + n_values,
-                        "dead_letter_values": n_values, "implausible_ts": len(rejected),
+                        "dead_letter_values": n_values, "implausible_ts": implausible,
                         "snapshot_dropped": plan.snapshot_dropped},
             )
             meta["staging_batch"] = batch_id if rows_held else None
@@ -533,11 +546,14 @@ class SparkEngine:
             # small-file compaction of the tables written (after the state: it never fails the batch)
             from ..delta.compaction import compact_written_tables
             from .compaction import spark_compaction
+            if self._compaction is None:
+                self._compaction = spark_compaction(spark)
             timings["compact"] = compact_written_tables(h.sink, applier.written_tables, cfg.sink.compaction,
-                                                        spark_compaction(spark), h._meta, batch_id)
+                                                        self._compaction, h._meta, batch_id)
+            # now and then; batch 0 too, the first after a reset (the old epoch's rows are never read again)
             if staged_batch is not None and batch_id % 16 == 0:
                 self._clean_staging(spark, meta["staging_batch"], meta["staging_app"])
-            progress = _Progress(dict(plan.topic_watermarks), held, replays, rejected, plan.snapshot_dropped)
+            progress = _Progress(dict(plan.topic_watermarks), held, replays, implausible, plan.snapshot_dropped)
             h._progress(batch_id, offsets, counts, progress, result, counts["error"] + n_values,
                         time.monotonic() - started, timings, values=n_values)
         finally:
@@ -572,6 +588,47 @@ class SparkEngine:
         self._append(errors.select(*cols), self.cfg.dead_letter_path,
                      batch_txn(h._app_id + "/dead-letter", batch_id), merge_schema=True)
         log.warning("batch %d: %d undecodable message(s) sent to %s", batch_id, n, self.cfg.dead_letter_path)
+
+    def _dead_letter_implausible(self, batch_df: Any, out: Any, marks: list[Any], n: int, batch_id: int) -> None:
+        """The ``n`` events with an implausible ts — ``marks`` (resolved marks and DDL, from the driver's
+        plan) and the rows the executors' guard refused (in ``out``) — appended to the dead-letter table
+        with their original messages, from the executors (the ``delta-rs`` engine's rows and transaction,
+        ``(changefeed/dead-letter-ts, N·1024)``: one row per message, with its first event's reason).
+
+        Raises:
+            ImplausibleTimestampError: ``dead_letter.fail_on_error`` is set (before anything of the batch is
+                committed), naming the first of them.
+        """
+        from pyspark.sql import functions as F
+
+        from ..delta.sink import batch_txn
+        from ..errors import ImplausibleTimestampError
+        from .batch_handler import DEAD_LETTER_SCHEMA
+
+        spark = batch_df.sparkSession
+        events = out.filter(F.col("kind") == "rejected_ts").select("payload").mapInArrow(_rejected_ts_fn,
+                                                                                          _REJECTED_TS_SCHEMA)
+        if marks:
+            events = events.unionByName(spark.createDataFrame(
+                [(r.topic, r.partition, r.offset, r.idx, r.reason) for r in marks], _REJECTED_TS_SCHEMA))
+        first = events.orderBy("topic", "partition", "offset", "idx").first()
+        where = f"{first['topic']}[{first['partition']}]@{first['offset']}"
+        if self.cfg.dead_letter.fail_on_error:
+            raise ImplausibleTimestampError(
+                f"batch {batch_id}: {n} event(s) with an implausible ts and dead_letter.fail_on_error "
+                f"is set; first at {where}: {first['reason']}"
+            )
+        coords = ["topic", "partition", "offset"]
+        per_message = events.groupBy(*coords).agg(F.min_by("reason", "idx").alias("error"))
+        rows = per_message.join(batch_df.select(*coords, "key", "value"), coords, "left")
+        fixed = {"batch_id": F.lit(batch_id).cast("long"), "recorded_at": F.current_timestamp()}
+        for f in list(DEAD_LETTER_SCHEMA)[8:]:
+            fixed[f.name] = F.lit(None).cast("binary" if pa.types.is_binary(f.type) else "string")
+        self._append(rows.select(*[fixed.get(name, F.col(name)).alias(name) for name in DEAD_LETTER_SCHEMA.names]),
+                     self.cfg.dead_letter_path, batch_txn(self.h._app_id + "/dead-letter-ts", batch_id),
+                     merge_schema=True)
+        log.warning("batch %d: %d event(s) with an implausible ts sent to %s; first at %s: %s",
+                    batch_id, n, self.cfg.dead_letter_path, where, first["reason"])
 
     def _dead_letter_values(self, out: Any, n: int, batch_id: int) -> None:
         """The ``n`` changes the value screen refused, appended to the dead-letter table from the executors
