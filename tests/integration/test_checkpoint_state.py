@@ -24,7 +24,7 @@ from ticdc_delta.errors import CheckpointMismatchError, ImplausibleTimestampErro
 from ticdc_delta.simulator import simulate
 from ticdc_delta.simulator.output import MemorySink
 from ticdc_delta.spark.batch_handler import _ConfiguredSink
-from ticdc_delta.spark.job import build_handler, run_job
+from ticdc_delta.spark.job import run_job
 from ticdc_delta.verify import compare_with_oracle
 from tests.integration.conftest import job_engine
 
@@ -149,6 +149,11 @@ def test_spark_checkpoint_deleted_stops_then_reset_from_state_loses_nothing(
         old_app = f"{cfg.changefeed}~{held.meta['epoch']}"
         assert held.meta["staging_app"] == old_app
         assert [r for r in read_table(str(staging)).to_pylist() if r["app"] == old_app] == []
+        # and their files are gone too (VACUUM after the clean-up): only the live ones stay
+        from deltalake import DeltaTable as RsTable
+
+        live = {Path(f).name for f in RsTable(str(staging)).file_uris()}
+        assert {p.name for p in staging.rglob("*.parquet")} == live
 
 
 def test_state_deleted_stops_then_reset_from_earliest_rebuilds(
