@@ -8,7 +8,7 @@ batch the state holds and built the ts guard):
    the resolved marks and the DDL (:mod:`ticdc_delta.core.table_rules`, driver part).
 2. Undecodable messages are appended to the dead-letter table from the executors (Delta append with
    ``txnAppId``/``txnVersion``: a re-run is skipped); so are, after step 3, the changes the value
-   screen refuses.
+   screen refuses and the rows whose commit ts the ts guard refuses (with their messages).
 3. The rows of the batch and the rows held by batch ``N-1`` (the staging table) are grouped by table
    and run through :meth:`~ticdc_delta.core.table_rules.TableRules.apply_table` on the executors: replay
    drop, release up to the topic watermark, DDL segment, value screen, collapse per key. Out come the
@@ -28,7 +28,7 @@ batch the state holds and built the ts guard):
    ``staging_batch = N`` and ``staging_app`` and is saved with transaction ``N``. Batch ``N+1`` reads those
    rows only, so a re-run of a crashed batch reads exactly what its first attempt read — also after a
    ``reset``, whose new epoch numbers its batches from 0 again while the old epoch's rows are still there.
-   Rows no batch will read again are deleted now and then.
+   Rows no batch will read again are deleted now and then, and the table's unused files vacuumed.
 
 Nothing on the driver grows with the number of rows in a batch.
 """
