@@ -58,3 +58,19 @@ def test_spark_ddl_is_derived_from_the_arrow_schema() -> None:
     assert NAMED_SCHEMA == DECODED_SCHEMA + ", schema string, table string"
     with pytest.raises(KeyError):
         spark_ddl(pa.schema([("f", pa.float64())]))
+
+
+def test_span_rows_summarise_offsets_and_counts_per_partition_and_kind() -> None:
+    from ticdc_delta.spark.decode import SPAN, span_rows
+
+    out = {"topic": ["t", "t", "t", "t", "u"], "partition": [0, 0, 1, 0, 0], "offset": [7, 5, 9, 6, 1],
+           "kind": ["row", "row", "row", "resolved", "error"], "idx": [0, 1, 0, 0, 0],
+           "commit_ts": [1, 2, 3, 4, None], "payload": [b"a", b"b", b"c", None, None],
+           "error": [None, None, None, None, "bad"]}
+    spans = span_rows(out)
+    got = sorted(zip(spans["topic"], spans["partition"], spans["error"], spans["offset"], spans["commit_ts"],
+                     spans["idx"]))
+    assert got == [("t", 0, "resolved", 6, 6, 1), ("t", 0, "row", 5, 7, 2), ("t", 1, "row", 9, 9, 1),
+                   ("u", 0, "error", 1, 1, 1)]
+    assert set(spans["kind"]) == {SPAN} and set(spans["payload"]) == {None}
+    assert span_rows({name: [] for name in out}) == {name: [] for name in out}

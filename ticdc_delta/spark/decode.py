@@ -21,7 +21,7 @@ from ..locations import table_name_problem
 
 __all__ = [
     "DECODED_SCHEMA", "DECODED_ARROW_SCHEMA", "NAMED_SCHEMA", "NAMED_ARROW_SCHEMA", "DecoderSpec", "make_decode_fn",
-    "decode_messages", "spark_ddl",
+    "decode_messages", "spark_ddl", "SPAN", "span_rows",
 ]
 
 _SPARK_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "long", pa.binary(): "binary",
@@ -156,12 +156,38 @@ def decode_messages(
     return out
 
 
-def make_decode_fn(spec: DecoderSpec, *, names: Callable[[str], str] | None = None,
+SPAN = "span"
+"""The ``kind`` of a summary row (``make_decode_fn(spans=True)``): per (topic, partition, kind) of one input
+batch, the kind in ``error``, the first and last offset in ``offset`` and ``commit_ts``, the count in ``idx``."""
+
+
+def span_rows(out: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """The :data:`SPAN` rows of decoded columns ``out`` (same columns), in first-seen order."""
+    spans: dict[tuple[Any, Any, str], list[int]] = {}
+    for topic, part, off, kind in zip(out["topic"], out["partition"], out["offset"], out["kind"]):
+        span = spans.get((topic, part, kind))
+        if span is None:
+            spans[(topic, part, kind)] = [off, off, 1]
+        else:
+            if off < span[0]:
+                span[0] = off
+            if off > span[1]:
+                span[1] = off
+            span[2] += 1
+    rows: dict[str, list[Any]] = {name: [None] * len(spans) for name in out}
+    for i, ((topic, part, kind), (lo, hi, n)) in enumerate(spans.items()):
+        rows["topic"][i], rows["partition"][i], rows["kind"][i] = topic, part, SPAN
+        rows["error"][i], rows["offset"][i], rows["commit_ts"][i], rows["idx"][i] = kind, lo, hi, n
+    return rows
+
+
+def make_decode_fn(spec: DecoderSpec, *, names: Callable[[str], str] | None = None, spans: bool = False,
                    ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function for ``spec`` (output :data:`DECODED_SCHEMA`, or :data:`NAMED_SCHEMA`
     with the names folded by ``names``, a picklable function); the decoder is built once per partition
     task, with one upstream connection (``source.upstream``) opened on its first handle-key-only row and
-    closed at the end."""
+    closed at the end. With ``spans``, each output batch ends with its :data:`SPAN` rows: what the ``spark``
+    engine's driver needs of the rows (offsets and counts) without another pass over them."""
     schema = NAMED_ARROW_SCHEMA if names is not None else DECODED_ARROW_SCHEMA
 
     def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -173,6 +199,9 @@ def make_decode_fn(spec: DecoderSpec, *, names: Callable[[str], str] | None = No
                 out = decode_messages(
                     decoder, cols["topic"], cols["partition"], cols["offset"], cols["key"], cols["value"], names
                 )
+                if spans:
+                    for name, values in span_rows(out).items():
+                        out[name].extend(values)
                 yield pa.RecordBatch.from_pydict(out, schema=schema)
         finally:
             if upstream is not None:

@@ -59,7 +59,7 @@ from ..delta.state_store import PipelineState
 from ..delta.value_check import ValueScreen
 from ..errors import ConcurrentCommitError, DecodeError, TerminalError
 from ..locations import child_location, fold_name
-from .decode import NAMED_SCHEMA, make_decode_fn, spark_ddl
+from .decode import NAMED_SCHEMA, SPAN, make_decode_fn, spark_ddl
 from .delta_sink import SparkDeltaSink
 
 __all__ = ["SparkEngine", "STAGING_SCHEMA", "MERGE_SOURCE_HOOK", "staging_path", "is_conflict"]
@@ -146,40 +146,6 @@ class _DeltaColumnTypes:
 
 def _evolve_all(cls: str) -> str:
     return "ignore"
-
-
-_SMALL_ARROW = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("kind", pa.string()), ("lo", pa.int64()),
-                          ("hi", pa.int64()), ("n", pa.int64()), ("offset", pa.int64()), ("idx", pa.int32()),
-                          ("commit_ts", pa.int64()), ("payload", pa.binary())])
-_SMALL_SCHEMA = spark_ddl(_SMALL_ARROW)
-
-
-def _small_fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Decoded rows → what the driver needs of them, in one pass without a shuffle: per (topic, partition,
-    kind) of each Arrow batch its offset span and count (``lo``/``hi``/``n``), and the DDL and resolved
-    rows themselves (``n`` null)."""
-    import pyarrow.compute as pc
-
-    for b in batches:
-        tbl = pa.Table.from_batches([b])
-        spans = tbl.group_by(["topic", "partition", "kind"], use_threads=False).aggregate(
-            [("offset", "min"), ("offset", "max"), ("offset", "count")])
-        k = spans.num_rows
-        yield pa.RecordBatch.from_arrays([
-            spans.column("topic").combine_chunks(), spans.column("partition").combine_chunks(),
-            spans.column("kind").combine_chunks(), spans.column("offset_min").combine_chunks(),
-            spans.column("offset_max").combine_chunks(), spans.column("offset_count").combine_chunks(),
-            pa.nulls(k, pa.int64()), pa.nulls(k, pa.int32()), pa.nulls(k, pa.int64()), pa.nulls(k, pa.binary()),
-        ], schema=_SMALL_ARROW)
-        marks = tbl.filter(pc.is_in(tbl.column("kind"), pa.array(["ddl", "resolved"])))
-        if marks.num_rows:
-            m = marks.num_rows
-            yield pa.RecordBatch.from_arrays([
-                marks.column("topic").combine_chunks(), marks.column("partition").combine_chunks(),
-                marks.column("kind").combine_chunks(), pa.nulls(m, pa.int64()), pa.nulls(m, pa.int64()),
-                pa.nulls(m, pa.int64()), marks.column("offset").combine_chunks(), marks.column("idx").combine_chunks(),
-                marks.column("commit_ts").combine_chunks(), marks.column("payload").combine_chunks(),
-            ], schema=_SMALL_ARROW)
 
 
 @dataclass(frozen=True)
@@ -411,19 +377,22 @@ class SparkEngine:
         spark = batch_df.sparkSession
         spec = h._decoder_spec()
         names = functools.partial(fold_name, case_sensitive=cfg.case_sensitive)
-        decoded = batch_df.mapInArrow(make_decode_fn(spec, names=names), NAMED_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+        decoded = (batch_df.mapInArrow(make_decode_fn(spec, names=names, spans=True), NAMED_SCHEMA)
+                   .persist(StorageLevel.MEMORY_AND_DISK))
         out = view = None
         try:
-            # 1. small things to the driver (one pass over the decoded rows, which it caches)
+            # 1. small things to the driver: the decoder's span rows, the DDL and the resolved marks (a filter
+            # of the decoded rows, which this pass caches; no second Python pass over them)
             offsets: dict[tuple[str, int], list[int]] = {}
             counts = {"row": 0, "ddl": 0, "resolved": 0, "error": 0, "empty": 0}
             ddl: list[DDLRecord] = []
             resolved: list[ResolvedMark] = []
-            for r in decoded.mapInArrow(_small_fn, _SMALL_SCHEMA).collect():
-                if r["n"] is not None:
-                    counts[r["kind"]] = counts.get(r["kind"], 0) + r["n"]
-                    span = offsets.setdefault((r["topic"], r["partition"]), [r["lo"], r["hi"]])
-                    span[0], span[1] = min(span[0], r["lo"]), max(span[1], r["hi"])
+            small_cols = ("topic", "partition", "kind", "offset", "idx", "commit_ts", "payload", "error")
+            for r in decoded.filter(F.col("kind").isin(SPAN, "ddl", "resolved")).select(*small_cols).collect():
+                if r["kind"] == SPAN:  # (kind in error, first offset, last offset in commit_ts, count in idx)
+                    counts[r["error"]] = counts.get(r["error"], 0) + r["idx"]
+                    span = offsets.setdefault((r["topic"], r["partition"]), [r["offset"], r["commit_ts"]])
+                    span[0], span[1] = min(span[0], r["offset"]), max(span[1], r["commit_ts"])
                 elif r["kind"] == "ddl":
                     ddl.append(load_record(r["payload"]))  # type: ignore[arg-type]
                 else:
