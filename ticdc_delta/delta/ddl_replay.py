@@ -76,7 +76,9 @@ def ddl_tables(rec: DDLRecord, *, case_sensitive: bool = False) -> frozenset[tup
     """The (schema, table) names, folded unless ``case_sensitive``, that replaying ``rec`` can change or
     read (RENAME TABLE both names, CREATE TABLE ... LIKE its source), or ``None`` when it may touch any
     table: a database-level statement, one naming no table, one that does not parse."""
-    fold = (lambda n: n) if case_sensitive else (lambda n: n.lower())
+    def fold(name: str) -> str:
+        return fold_name(name, case_sensitive=case_sensitive)
+
     try:
         changes = d.parse_ddl(rec.query, default_schema=rec.schema, ddl_type=rec.ddl_type)
     except Exception:  # noqa: BLE001 - the replay reports it; here it only means "could be any table"

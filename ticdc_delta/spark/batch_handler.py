@@ -446,10 +446,7 @@ class BatchHandler:
         first = rejected[0]
         where = f"{first.topic}[{first.partition}]@{first.offset}"
         if self.cfg.dead_letter.fail_on_error:
-            raise ImplausibleTimestampError(
-                f"batch {batch_id}: {len(rejected)} event(s) with an implausible ts and dead_letter.fail_on_error "
-                f"is set; first at {where}: {first.reason}"
-            )
+            raise implausible_ts_error(batch_id, len(rejected), where, first.reason)
         coords = sorted({(r.topic, r.partition, r.offset) for r in rejected})
         messages: dict[tuple[str, int, int], tuple[Any, Any]] = {}
         if hasattr(batch_df, "sparkSession"):
@@ -513,7 +510,10 @@ class BatchHandler:
                     batch_id, len(rejections), self.cfg.dead_letter_path, describe_rejections(rejections, 3))
 
     def _progress(self, batch_id: int, offsets: dict, counts: dict, plan: Any, result: ApplyResult,
-                  dead: int, seconds: float, timings: dict[str, float], *, values: int = 0) -> None:
+                  dead: int, seconds: float, timings: dict[str, float], *, values: int = 0,
+                  implausible: int | None = None) -> None:
+        """The progress line of a batch. ``implausible``: the events the ts guard refused, when ``plan`` does
+        not list them (the spark engine keeps its rows' rejections on the executors)."""
         wms = [w for w in plan.topic_watermarks.values() if w is not None]
         low = min(wms) if wms else None
         lag = None if low is None else round(time.time() - tso_physical_ms(low) / 1000.0, 3)
@@ -528,8 +528,7 @@ class BatchHandler:
             "replays_dropped": plan.replays_dropped,
             "dead_letters": dead,
             "dead_letter_values": values,
-            # the spark engine's plan counts them (its rows' rejections stay on the executors)
-            "implausible_ts": plan.implausible_ts if hasattr(plan, "implausible_ts") else len(plan.rejected),
+            "implausible_ts": len(plan.rejected) if implausible is None else implausible,
             "snapshot_dropped": getattr(plan, "snapshot_dropped", 0),
             "watermark": low,
             "watermark_lag_s": lag,
@@ -537,6 +536,14 @@ class BatchHandler:
             "timings": {k: round(v, 3) for k, v in timings.items()},
         }
         progress_log.info(json.dumps(line, sort_keys=False))
+
+
+def implausible_ts_error(batch_id: int, n: int, where: str, reason: str) -> ImplausibleTimestampError:
+    """The stop under ``dead_letter.fail_on_error`` for ``n`` events with an implausible ts (both engines)."""
+    return ImplausibleTimestampError(
+        f"batch {batch_id}: {n} event(s) with an implausible ts and dead_letter.fail_on_error is set; "
+        f"first at {where}: {reason}"
+    )
 
 
 class _DeadLetterSink(DeltaRsSink):

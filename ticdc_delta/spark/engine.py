@@ -311,7 +311,6 @@ class _Progress:
     topic_watermarks: dict[str, int | None]
     held: int
     replays_dropped: int
-    implausible_ts: int
     snapshot_dropped: int = 0
 
 
@@ -522,9 +521,9 @@ class SparkEngine:
             # now and then; batch 0 too, the first after a reset (the old epoch's rows are never read again)
             if staged_batch is not None and batch_id % 16 == 0:
                 self._clean_staging(spark, meta["staging_batch"], meta["staging_app"])
-            progress = _Progress(dict(plan.topic_watermarks), held, replays, implausible, plan.snapshot_dropped)
+            progress = _Progress(dict(plan.topic_watermarks), held, replays, plan.snapshot_dropped)
             h._progress(batch_id, offsets, counts, progress, result, counts["error"] + n_values,
-                        time.monotonic() - started, timings, values=n_values)
+                        time.monotonic() - started, timings, values=n_values, implausible=implausible)
         finally:
             if view is not None:
                 spark.catalog.dropGlobalTempView(view)
@@ -533,10 +532,32 @@ class SparkEngine:
                 out.unpersist()
 
 
+    def _append_dead_letters(self, rows: Any, kind: str, batch_id: int) -> None:
+        """Append ``rows`` to the dead-letter table in its layout: the columns of
+        :data:`~ticdc_delta.spark.batch_handler.DEAD_LETTER_SCHEMA` that ``rows`` has, ``batch_id`` and
+        ``recorded_at`` set here, null for the rest. The transaction is the ``delta-rs`` engine's,
+        ``(changefeed + kind, N·1024)``, so a changefeed that changes engines skips nothing."""
+        from pyspark.sql import functions as F
+
+        from ..delta.sink import batch_txn
+        from .batch_handler import DEAD_LETTER_SCHEMA
+
+        fixed = {"batch_id": F.lit(batch_id).cast("long"), "recorded_at": F.current_timestamp()}
+        cols = []
+        for f in DEAD_LETTER_SCHEMA:
+            if f.name in fixed:
+                col = fixed[f.name]
+            elif f.name in rows.columns:
+                col = F.col(f.name)
+            else:
+                col = F.lit(None).cast("binary" if pa.types.is_binary(f.type) else "string")
+            cols.append(col.alias(f.name))
+        self._append(rows.select(*cols), self.cfg.dead_letter_path, batch_txn(self.h._app_id + kind, batch_id),
+                     merge_schema=True)
+
     def _dead_letter_errors(self, decoded: Any, n: int, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
-        h = self.h
         errors = decoded.filter(F.col("kind") == "error")
         if self.cfg.dead_letter.fail_on_error:
             first = errors.select("error").first()["error"]
@@ -544,18 +565,8 @@ class SparkEngine:
                 self.cfg.source.protocol,
                 f"{n} undecodable message(s) in batch {batch_id} and dead_letter.fail_on_error is set; first: {first}",
             )
-        from .batch_handler import DEAD_LETTER_SCHEMA
-
-        base = ["topic", "partition", "offset", "key", "value", "error"]
-        cols = [F.col(c) for c in base] + [F.lit(batch_id).cast("long").alias("batch_id"),
-                                           F.current_timestamp().alias("recorded_at")]
-        for f in list(DEAD_LETTER_SCHEMA)[len(cols):]:
-            cols.append(F.lit(None).cast("binary" if pa.types.is_binary(f.type) else "string").alias(f.name))
-        from ..delta.sink import batch_txn
-
-        # the delta-rs engine's transaction numbering, so a changefeed that changes engines skips nothing
-        self._append(errors.select(*cols), self.cfg.dead_letter_path,
-                     batch_txn(h._app_id + "/dead-letter", batch_id), merge_schema=True)
+        self._append_dead_letters(errors.select("topic", "partition", "offset", "key", "value", "error"),
+                                  "/dead-letter", batch_id)
         log.warning("batch %d: %d undecodable message(s) sent to %s", batch_id, n, self.cfg.dead_letter_path)
 
     def _dead_letter_implausible(self, batch_df: Any, out: Any, marks: list[Any], n: int, batch_id: int) -> None:
@@ -570,9 +581,7 @@ class SparkEngine:
         """
         from pyspark.sql import functions as F
 
-        from ..delta.sink import batch_txn
-        from ..errors import ImplausibleTimestampError
-        from .batch_handler import DEAD_LETTER_SCHEMA
+        from .batch_handler import implausible_ts_error
 
         spark = batch_df.sparkSession
         events = out.filter(F.col("kind") == "rejected_ts").select("payload").mapInArrow(_rejected_ts_fn,
@@ -583,19 +592,11 @@ class SparkEngine:
         first = events.orderBy("topic", "partition", "offset", "idx").first()
         where = f"{first['topic']}[{first['partition']}]@{first['offset']}"
         if self.cfg.dead_letter.fail_on_error:
-            raise ImplausibleTimestampError(
-                f"batch {batch_id}: {n} event(s) with an implausible ts and dead_letter.fail_on_error "
-                f"is set; first at {where}: {first['reason']}"
-            )
+            raise implausible_ts_error(batch_id, n, where, first["reason"])
         coords = ["topic", "partition", "offset"]
         per_message = events.groupBy(*coords).agg(F.min_by("reason", "idx").alias("error"))
         rows = per_message.join(batch_df.select(*coords, "key", "value"), coords, "left")
-        fixed = {"batch_id": F.lit(batch_id).cast("long"), "recorded_at": F.current_timestamp()}
-        for f in list(DEAD_LETTER_SCHEMA)[8:]:
-            fixed[f.name] = F.lit(None).cast("binary" if pa.types.is_binary(f.type) else "string")
-        self._append(rows.select(*[fixed.get(name, F.col(name)).alias(name) for name in DEAD_LETTER_SCHEMA.names]),
-                     self.cfg.dead_letter_path, batch_txn(self.h._app_id + "/dead-letter-ts", batch_id),
-                     merge_schema=True)
+        self._append_dead_letters(rows, "/dead-letter-ts", batch_id)
         log.warning("batch %d: %d event(s) with an implausible ts sent to %s; first at %s: %s",
                     batch_id, n, self.cfg.dead_letter_path, where, first["reason"])
 
@@ -610,10 +611,8 @@ class SparkEngine:
         """
         from pyspark.sql import functions as F
 
-        from ..delta.sink import batch_txn
         from ..delta.value_check import describe_rejections
         from ..errors import UnwritableValueError
-        from .batch_handler import DEAD_LETTER_SCHEMA
 
         rows = out.filter(F.col("kind") == "rejection").select("payload").mapInArrow(_dead_values_fn(),
                                                                                       _DEAD_VALUES_SCHEMA)
@@ -629,11 +628,7 @@ class SparkEngine:
                 f"batch {batch_id}: {n} change(s) with a value no Delta column can hold and "
                 f"dead_letter.fail_on_error is set: {describe(5)}"
             )
-        fixed = {"key": F.lit(None).cast("binary"), "value": F.lit(None).cast("binary"),
-                 "batch_id": F.lit(batch_id).cast("long"), "recorded_at": F.current_timestamp()}
-        self._append(rows.select(*[fixed.get(name, F.col(name)).alias(name) for name in DEAD_LETTER_SCHEMA.names]),
-                     self.cfg.dead_letter_path, batch_txn(self.h._app_id + "/dead-letter-values", batch_id),
-                     merge_schema=True)
+        self._append_dead_letters(rows, "/dead-letter-values", batch_id)
         log.warning("batch %d: %d change(s) with a value no Delta column can hold sent to %s: %s",
                     batch_id, n, self.cfg.dead_letter_path, describe(3))
 
