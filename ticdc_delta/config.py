@@ -565,6 +565,9 @@ class SinkConfig(_Model):
     engine: Literal["delta-rs", "spark"] = "spark"
     # spark engine: MERGEs of one DDL segment run concurrently, one Spark session per thread
     merge_threads: Annotated[int, Field(ge=1, le=64)] = 2
+    # spark engine: a table with this many rows in a batch runs its rules in several tasks (key buckets,
+    # ticdc_delta/core/key_buckets.py); 0: never
+    split_rows: Annotated[int, Field(ge=0)] = 4096
     # spark engine: retries of a MERGE/append that lost to another writer before exit 75
     conflict_retries: Annotated[int, Field(ge=0, le=100)] = 5
     # spark engine: MODIFY COLUMN widens in place with Delta type widening (tables get the typeWidening

@@ -118,7 +118,7 @@ def plan_reset(
     # kept: what describes the Delta tables (types, DDL taken, snapshot seams, counters); with --from state
     # also where the held rows are (the spark engine keeps them in its staging table, by batch)
     kept = ("catalog", "applied_ddl", "tables", "totals", "snapshots")
-    kept += ("staging_batch", "staging_app") if keep_position else ()
+    kept += ("staging_batch", "staging_app", "held_layouts") if keep_position else ()
     new_meta = {k: v for k, v in meta.items() if k in kept}
     new_meta["epoch"] = epoch
     new_meta["resets"] = int(meta.get("resets", 0)) + 1

@@ -177,3 +177,118 @@ def test_rows_move_past_the_ddl_of_other_tables_only(seed: int) -> None:
             count[how] += len(segments)
         assert ends["own"] == ends["all"]
     assert count["own"] < count["all"]  # fewer MERGEs, the same tables
+
+
+@pytest.mark.parametrize("buckets", [2, 3, 7])
+@pytest.mark.parametrize("seed", range(4))
+def test_a_table_split_into_key_buckets_gives_the_unsplit_outcome(seed: int, buckets: int) -> None:
+    """Each bucket of a table (key_buckets.split: an update that changes the key in both its keys'
+    buckets) through apply_table with ``secondary``/``owns``, put together, equals the table unsplit:
+    the same final change per key and segment, the same held rows, counts and rejections."""
+    from ticdc_delta.core.key_buckets import owns, route, split, splittable
+    from ticdc_delta.core.table_rules import TableOutcome
+
+    records, marks = _stream(seed, n=500)
+    guard = TsGuard(10**12 - 1, 0)
+    seam = SnapshotSeam({("s", "b"): records[len(records) // 2].commit_ts})
+    parts = {"cdc": [0, 1, 2]}
+    state, held_rows = ConsumerState(), []
+    crossed = 0
+    for rows_and_ddl, resolved in _batches(records, marks, 4):
+        ddl = [r for r in rows_and_ddl if isinstance(r, DDLRecord)]
+        rows = [r for r in rows_and_ddl if isinstance(r, ChangeRecord)]
+        plan, rules = plan_coordination(state, ddl, resolved, mode=WATERMARK, partitions=parts, guard=guard,
+                                        seam=seam)
+        new_by_table, held_by_table = group_rows(rows, False), group_rows(held_rows, False)
+        next_held = []
+        for ident in sorted(set(new_by_table) | set(held_by_table)):
+            new, held = new_by_table.get(ident, []), held_by_table.get(ident, [])
+            whole = rules.apply_table(new, held, KeyResolver())
+            folded = [r._replace(schema=ident[0], table=ident[1]) for r in new]  # as the decoder folds
+            assert splittable({route(r, KeyResolver()).layout for r in [*folded, *held]}, None)  # a table to split
+            crossed += sum(len({h % buckets for h in route(r, KeyResolver()).hashes}) == 2 for r in folded)
+            new_ids = {id(r) for r in folded}
+            parts_out = TableOutcome()
+            for b, (recs, secondary) in sorted(split([*folded, *held], buckets, KeyResolver()).items()):
+                out = rules.apply_table([r for r in recs if id(r) in new_ids], [r for r in recs if id(r) not in new_ids],
+                                        KeyResolver(), secondary=secondary, owns=owns(b, buckets))
+                parts_out.segments += out.segments
+                parts_out.held += out.held
+                parts_out.rejected += out.rejected
+                parts_out.replays += out.replays
+                parts_out.released += out.released
+                parts_out.snapshot_dropped += out.snapshot_dropped
+
+            def finals(segments):
+                got: dict = {}
+                for seg, tc in segments:
+                    keys_of, changes = got.setdefault(seg, (tc.key_columns, {}))
+                    assert keys_of == tc.key_columns
+                    assert not set(changes) & set(tc.changes)  # each key in one bucket only
+                    changes.update(tc.changes)
+                return got
+
+            assert finals(parts_out.segments) == finals(whole.segments), ident
+            assert sorted(parts_out.held) == sorted(whole.held)
+            assert sorted(parts_out.rejected) == sorted(whole.rejected)
+            assert (parts_out.replays, parts_out.released, parts_out.snapshot_dropped) == (
+                whole.replays, whole.released, whole.snapshot_dropped)
+            next_held += whole.held
+        state, held_rows = plan.state, next_held
+    assert crossed > 10  # updates that change the key across buckets (no vacuous pass)
+
+
+def test_key_hash_is_by_value_and_the_same_in_every_process() -> None:
+    """Equal keys (1, 1.0, Decimal(1), True) hash alike; text hashes by its bytes, so another
+    interpreter (another PYTHONHASHSEED) agrees."""
+    import subprocess
+    import sys
+    from decimal import Decimal
+
+    from ticdc_delta.core.key_buckets import key_hash
+
+    assert key_hash((1,)) == key_hash((1.0,)) == key_hash((Decimal(1),)) == key_hash((True,))
+    assert key_hash(("1",)) != key_hash((1,)) != key_hash((b"1",))
+    assert key_hash(("a", "b")) != key_hash(("ab", ""))
+    code = "from ticdc_delta.core.key_buckets import key_hash; print(key_hash(('caf\u00e9', b'x', 2, None)))"
+    here = key_hash(("caf\u00e9", b"x", 2, None))
+    for seed in ("1", "2"):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env={"PYTHONHASHSEED": seed, "PATH": ""})
+        assert int(out.stdout) == here
+
+
+def test_splittable_only_when_no_record_depends_on_another() -> None:
+    """A table is split only when every image names the same key alone, every column keeps one type and
+    every image's columns are a prefix of the longest one's."""
+    from ticdc_delta.core.key_buckets import layout, splittable
+
+    full = (("id", 8, KEY), ("v", 8, PLAIN), ("w", 8, PLAIN))
+    insert = ChangeRecord(1, "t", 0, 0, 0, "s", "a", "insert", tuple((*c, 1) for c in full), None)
+    key_only_delete = ChangeRecord(1, "t", 0, 1, 0, "s", "a", "delete", None, (("id", 8, KEY, 1),))
+    added = insert._replace(new=(*insert.new, ("x", 8, PLAIN, 1)))  # a column added at the end (Avro)
+    assert splittable([layout(insert), layout(key_only_delete), layout(added)], None)
+    unflagged = insert._replace(new=tuple((n, t, PLAIN, v) for n, t, _, v in insert.new))
+    assert not splittable([layout(insert), layout(unflagged)], None)  # would use the remembered key
+    assert splittable([layout(unflagged)] * 2, ["v"])  # the configured key names it alone
+    retyped = insert._replace(new=(insert.new[0], ("v", 15, PLAIN, "1"), insert.new[2]))
+    assert not splittable([layout(insert), layout(retyped)], None)  # one column, two types
+    middle_key = ChangeRecord(1, "t", 0, 2, 0, "s", "a", "delete", None, (("v", 8, KEY, 1),))
+    assert not splittable([layout(insert), layout(middle_key)], None)  # another key, not a prefix
+    reordered = insert._replace(new=(insert.new[0], insert.new[2], insert.new[1]))
+    assert not splittable([layout(insert), layout(reordered)], None)
+
+
+def test_the_router_routes_as_the_key_resolver_keys() -> None:
+    """Router (what the decoder uses: key positions worked out once per layout) gives every record the
+    routing that key_buckets.route gives with a KeyResolver, the key columns collapse uses."""
+    from ticdc_delta.core.key_buckets import Router, route
+
+    records, _ = _stream(5, n=400)
+    router = Router()
+    rows = [r for r in records if isinstance(r, ChangeRecord)]
+    assert [router(r) for r in rows] == [route(r, KeyResolver()) for r in rows]
+    assert any(len(router(r).hashes) == 2 for r in rows)  # key-changing updates among them
+    configured = Router(lambda schema, table: ["v"])
+    r = next(r for r in rows if r.new is not None and r.old is not None)
+    assert configured(r) == route(r, KeyResolver({(r.schema, r.table): ["v"]}))

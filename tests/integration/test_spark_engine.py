@@ -39,14 +39,16 @@ def _config(tmp: Path, name: str, source: dict[str, Any], engine: str, **extra: 
 def test_both_engines_land_identical_tables(protocol: str, broker: Any, spark: Any, tmp_path: Path,
                                             unique_name: Any, progress: Any) -> None:
     """Held rows, replays, duplicates, PK changes, CREATE TABLE / ADD COLUMN: the same tables (rows and
-    schema) from both engines, and the oracle's."""
+    schema) from both engines, and the oracle's — the spark engine with its tables split into key buckets."""
     topic = unique_name(f"parity-{protocol}")
     oracle, source = _stream(broker, topic, protocol, tmp_path, events=900, seed=21)
     source["max_offsets_per_trigger"] = max(50, oracle.counts["messages"] // 3)
     landed = {}
     for engine in ("delta-rs", "spark"):
         progress.lines.clear()
-        cfg = _config(tmp_path, engine, dict(source), engine)
+        # the spark engine splits every table's rules into key buckets (sink.split_rows; 4096 by default)
+        cfg = _config(tmp_path, engine, dict(source), engine,
+                      **({"sink": {"split_rows": 16}} if engine == "spark" else {}))
         assert run_job(cfg, once=True, spark=spark) >= 2
         _assert_matches(cfg, oracle)
         landed[engine] = _snapshot(cfg, oracle)
@@ -55,6 +57,8 @@ def test_both_engines_land_identical_tables(protocol: str, broker: Any, spark: A
         if protocol != "avro":
             assert any(line["rows_held"] > 0 for line in progress.lines[:-1]), engine
             assert sum(line["replays_dropped"] for line in progress.lines) > 0, engine
+        if engine == "spark":
+            assert any(line.get("split_tables") for line in progress.lines)
     for name, (schema, rows) in landed["delta-rs"].items():
         got_schema, got_rows = landed["spark"][name]
         assert [(f.name, f.type) for f in got_schema] == [(f.name, f.type) for f in schema], name
@@ -73,7 +77,8 @@ def test_spark_engine_restart_after_a_fault_at_each_stage(stage: str, broker: An
     topic = unique_name(f"sfault-{stage}")
     oracle, source = _stream(broker, topic, "open-protocol", tmp_path, events=800, seed=11)
     source["max_offsets_per_trigger"] = 300
-    cfg = _config(tmp_path, "job", source, "spark")
+    # every table split into key buckets: a re-run must split (and so collapse) as the first attempt did
+    cfg = _config(tmp_path, "job", source, "spark", sink={"split_rows": 16})
     monkeypatch.setenv(FAULT_ENV, f"{stage}@1")
     with pytest.raises(InjectedFault, match=f"injected fault at {stage} of batch 1"):
         run_job(cfg, once=True, spark=spark, handler=build_handler(cfg))

@@ -55,7 +55,7 @@ def test_spark_ddl_is_derived_from_the_arrow_schema() -> None:
     assert spark_ddl(pa.schema([("a", pa.string()), ("b", pa.int32()), ("c", pa.int64()), ("d", pa.binary()),
                                 ("e", pa.bool_())])) == "a string, b int, c long, d binary, e boolean"
     assert DECODED_SCHEMA == spark_ddl(DECODED_ARROW_SCHEMA)
-    assert NAMED_SCHEMA == DECODED_SCHEMA + ", schema string, table string"
+    assert NAMED_SCHEMA == DECODED_SCHEMA + ", schema string, table string, sig long, hashes array<long>"
     with pytest.raises(KeyError):
         spark_ddl(pa.schema([("f", pa.float64())]))
 
@@ -74,3 +74,35 @@ def test_span_rows_summarise_offsets_and_counts_per_partition_and_kind() -> None
                    ("u", 0, "error", 1, 1, 1)]
     assert set(spans["kind"]) == {SPAN} and set(spans["payload"]) == {None}
     assert span_rows({name: [] for name in out}) == {name: [] for name in out}
+
+
+def test_the_decoder_routes_rows_and_sums_their_layouts_per_table() -> None:
+    """With the key columns, each row carries its key bucket routing (key_buckets.route of the folded
+    record) and each output batch ends with one LAYOUT row per (table, layout): the rows' count."""
+    import pyarrow as pa
+
+    from ticdc_delta.core.key_buckets import route
+    from ticdc_delta.core.merge import KeyResolver
+    from ticdc_delta.core.records import load_record
+    from ticdc_delta.bench_e2e import CanalStream
+    from ticdc_delta.spark.decode import LAYOUT, DecoderSpec, make_decode_fn
+
+    stream = CanalStream(1, seed=3)
+    values = [stream.change()[1] for _ in range(300)]
+    batch = pa.RecordBatch.from_pydict({"topic": ["t"] * 300, "partition": [0] * 300, "offset": list(range(300)),
+                                        "key": [None] * 300, "value": values})
+    fn = make_decode_fn(DecoderSpec("canal-json", {"enable-tidb-extension": "true"}), names=str.lower, spans=True,
+                        keys=lambda schema, table: None)
+    out = next(iter(fn(iter([batch])))).to_pydict()
+    rows = [i for i, k in enumerate(out["kind"]) if k == "row"]
+    assert len(rows) == 300
+    changed_key = 0
+    for i in rows:
+        rec = load_record(out["payload"][i])
+        expected = route(rec._replace(schema=rec.schema.lower(), table=rec.table.lower()), KeyResolver())
+        assert (out["sig"][i], out["hashes"][i]) == (expected.signature, expected.hashes)
+        changed_key += len(out["hashes"][i]) == 2
+    assert changed_key == 0  # the bench stream keeps its keys: one hash a row
+    layouts = [i for i, k in enumerate(out["kind"]) if k == LAYOUT]
+    assert [(out["schema"][i], out["table"][i], out["idx"][i]) for i in layouts] == [("bench", "orders", 300)]
+    assert out["sig"][layouts[0]] == out["sig"][rows[0]]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Container, Iterable, Mapping, Sequence
 
 from ..locations import fold_name
 from .batch_planner import (
@@ -101,8 +101,16 @@ class TableRules:
         held: Iterable[ChangeRecord],
         keys: KeyResolver,
         screen: RecordScreen | None = None,
+        *,
+        secondary: Container[tuple[str, int, int, int]] = (),
+        owns: Callable[[tuple[Any, ...]], bool] | None = None,
     ) -> TableOutcome:
         """The rules for the rows of one table: ``new`` from this batch, ``held`` from earlier batches.
+
+        For one key bucket of a table (:mod:`.key_buckets`): the records whose coordinates ``(topic,
+        partition, offset, idx)`` are in ``secondary`` only complete the history of this bucket's keys
+        (they count nowhere and are neither held nor rejected here: their own bucket does that), and only
+        the final changes of keys ``owns`` accepts are kept.
 
         Raises:
             MissingKeyError: a row without its key columns (from :func:`~.merge.collapse`).
@@ -110,25 +118,30 @@ class TableRules:
         out = TableOutcome()
         fold = (lambda r: r) if self.case_sensitive else _fold
         candidates: list[ChangeRecord] = []
+
+        def counted(rec: ChangeRecord) -> bool:
+            return not secondary or (rec.topic, rec.partition, rec.offset, rec.idx) not in secondary
+
         for rec in (fold(r) for r in held):
             if self.seam and self.seam.covers(rec):
-                out.snapshot_dropped += 1
+                out.snapshot_dropped += counted(rec)
             else:
                 candidates.append(rec)
         for rec in sorted((fold(r) for r in new), key=_order):
             if self.guard is not None:
                 reason = self.guard.check(rec.commit_ts, f"{rec.kind} commit ts")
                 if reason is not None:
-                    out.rejected.append(RejectedTs(rec.topic, rec.partition, rec.offset, rec.idx, rec.kind,
-                                                   rec.commit_ts, reason))  # type: ignore[arg-type]
+                    if counted(rec):
+                        out.rejected.append(RejectedTs(rec.topic, rec.partition, rec.offset, rec.idx, rec.kind,
+                                                       rec.commit_ts, reason))  # type: ignore[arg-type]
                     continue
             if self.seam and self.seam.covers(rec):  # the table's snapshot holds it (core/snapshot_seam)
-                out.snapshot_dropped += 1
+                out.snapshot_dropped += counted(rec)
                 continue
             if self.mode == WATERMARK:
                 wm = self.partition_watermark(rec.topic, rec.partition, rec.offset, rec.idx)
                 if wm is not None and rec.commit_ts is not None and rec.commit_ts < wm:
-                    out.replays += 1
+                    out.replays += counted(rec)
                     continue
             candidates.append(rec)
         if self.mode == WATERMARK:
@@ -137,13 +150,13 @@ class TableRules:
                 upto = self.topic_watermarks.get(rec.topic)
                 if upto is not None and (rec.commit_ts or 0) <= upto:
                     released.append(rec)
-                else:
+                elif counted(rec):
                     out.held.append(rec)
             released.sort(key=apply_order)
             out.held.sort(key=apply_order)
         else:
             released = sorted(candidates, key=_order)
-        out.released = len(released)
+        out.released = sum(map(counted, released)) if secondary else len(released)
         order = self._ddl_order
         own = self._own_steps(released[0]) if released and self.concerns is not None else None
         by_segment: dict[int, list[ChangeRecord]] = {}
@@ -159,6 +172,10 @@ class TableRules:
                 kept = screen.rows(run) if screen is not None else run
                 if kept:
                     for tc in collapse(kept, keys).values():
+                        if owns is not None:
+                            tc.changes = {k: fc for k, fc in tc.changes.items() if owns(k)}
+                            if not tc.changes:
+                                continue
                         out.segments.append((seg, tc))
             if screen is not None and seg < len(self.ddl_steps):
                 screen.ddl(self.ddl_steps[seg])

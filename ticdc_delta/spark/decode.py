@@ -7,25 +7,27 @@ itself (key, value and what was wrong) for the dead-letter table. Rows and DDL t
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
 from ..codec import DecodeContext, decoder_for
-from ..codec.model import DDLEvent, ResolvedEvent, RowChange
-from ..core.records import dump_record, record_from_event
+from ..codec.model import DDLEvent, Image, ResolvedEvent, RowChange
+from ..core.key_buckets import Layout, Router, Routing
+from ..core.records import ChangeRecord, dump_record, record_from_event
 from ..codec.upstream_lookup import UpstreamLookup, UpstreamSettings
 from ..errors import ConfigError, DecodeError, TransientError
 from ..locations import table_name_problem
 
 __all__ = [
     "DECODED_SCHEMA", "DECODED_ARROW_SCHEMA", "NAMED_SCHEMA", "NAMED_ARROW_SCHEMA", "DecoderSpec", "make_decode_fn",
-    "decode_messages", "spark_ddl", "SPAN", "span_rows",
+    "decode_messages", "spark_ddl", "SPAN", "span_rows", "LAYOUT", "layout_rows",
 ]
 
 _SPARK_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "long", pa.binary(): "binary",
-                pa.bool_(): "boolean"}
+                pa.bool_(): "boolean", pa.list_(pa.int64()): "array<long>"}
 
 
 def spark_ddl(schema: pa.Schema) -> str:
@@ -33,7 +35,7 @@ def spark_ddl(schema: pa.Schema) -> str:
     one definition per schema, the Arrow one.
 
     Raises:
-        KeyError: a type other than string, int32, int64, binary or bool.
+        KeyError: a type other than string, int32, int64, binary, bool or a list of int64.
     """
     return ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in schema)
 
@@ -54,8 +56,11 @@ DECODED_ARROW_SCHEMA = pa.schema(
 )
 DECODED_SCHEMA = spark_ddl(DECODED_ARROW_SCHEMA)
 
-NAMED_ARROW_SCHEMA = DECODED_ARROW_SCHEMA.append(pa.field("schema", pa.string())).append(pa.field("table", pa.string()))
+NAMED_ARROW_SCHEMA = pa.schema([*DECODED_ARROW_SCHEMA, pa.field("schema", pa.string()), pa.field("table", pa.string()),
+                                pa.field("sig", pa.int64()), pa.field("hashes", pa.list_(pa.int64()))])
 NAMED_SCHEMA = spark_ddl(NAMED_ARROW_SCHEMA)
+"""The decoded rows with their (folded) table names and, for rows, their :class:`~ticdc_delta.core.key_buckets.Routing`
+(``sig``, ``hashes``) when the decoder is given the key columns."""
 """:data:`DECODED_SCHEMA` plus the schema and table name of each row change (``None`` for other kinds), folded as the job compares names (``make_decode_fn(spec, names=...)``): what the ``spark`` engine
 groups by without reading the records again."""
 
@@ -96,18 +101,23 @@ def decode_messages(
     keys: list[Any],
     values: list[Any],
     fold: Callable[[str], str] | None = None,
+    route: Router | None = None,
+    layouts: dict[int, Layout] | None = None,
 ) -> dict[str, list[Any]]:
     """Decode a column batch of messages into the columns of :data:`DECODED_ARROW_SCHEMA`, or with ``fold``
-    (how names are compared) into those of :data:`NAMED_ARROW_SCHEMA`."""
+    (how names are compared) into those of :data:`NAMED_ARROW_SCHEMA`, with each row's routing when
+    ``route`` is given (it takes the record with its names folded); ``layouts`` collects the layout of
+    each signature."""
     out: dict[str, list[Any]] = {name: [] for name in (NAMED_ARROW_SCHEMA if fold else DECODED_ARROW_SCHEMA).names}
     o_topic, o_part, o_off, o_idx = out["topic"], out["partition"], out["offset"], out["idx"]
     o_kind, o_ts, o_payload = out["kind"], out["commit_ts"], out["payload"]
     o_err, o_key, o_val = out["error"], out["key"], out["value"]
     o_schema, o_table = out.get("schema", []), out.get("table", [])
+    o_sig, o_hashes = out.get("sig", []), out.get("hashes", [])
 
     def emit(topic: str, part: int, off: int, idx: int, kind: str, ts: int | None, payload: bytes | None,
              err: str | None = None, key: bytes | None = None, value: bytes | None = None,
-             name: tuple[str, str] | None = None) -> None:
+             name: tuple[str, str] | None = None, routing: Routing | None = None) -> None:
         o_topic.append(topic)
         o_part.append(part)
         o_off.append(off)
@@ -118,9 +128,13 @@ def decode_messages(
         o_err.append(err)
         o_key.append(key)
         o_val.append(value)
-        if fold is not None:
-            o_schema.append(None if name is None else fold(name[0]))
-            o_table.append(None if name is None else fold(name[1]))
+        if fold is not None:  # (names come folded)
+            o_schema.append(None if name is None else name[0])
+            o_table.append(None if name is None else name[1])
+            o_sig.append(None if routing is None else routing.signature)
+            o_hashes.append(None if routing is None else routing.hashes)
+            if routing is not None and layouts is not None:
+                layouts.setdefault(routing.signature, routing.layout)
 
     for topic, part, off, key, value in zip(topics, partitions, offsets, keys, values):
         try:
@@ -131,13 +145,18 @@ def decode_messages(
                 if ts is not None and not 0 <= ts <= _MAX_LONG:
                     raise DecodeError(decoder.protocol, f"commit ts {ts} out of range", topic, part, off)
                 if isinstance(ev, ResolvedEvent):
-                    rows.append((idx, "resolved", ts, None, None))
+                    rows.append((idx, "resolved", ts, None, None, None))
                 elif isinstance(ev, (RowChange, DDLEvent)):
                     if isinstance(ev, RowChange) and (bad := table_name_problem(ev.schema, ev.table)):
                         # no Delta location can hold the table: the message goes to the dead-letter table
                         raise DecodeError(decoder.protocol, bad, topic, part, off)
-                    rows.append((idx, ev.kind, ts, dump_record(record_from_event(ev, topic, part, off, idx)),
-                                 (ev.schema, ev.table) if isinstance(ev, RowChange) else None))
+                    record = record_from_event(ev, topic, part, off, idx)
+                    name = routing = None
+                    if isinstance(ev, RowChange):
+                        name = (ev.schema, ev.table) if fold is None else (fold(ev.schema), fold(ev.table))
+                        if route is not None:
+                            routing = route(record, _layout_of(ev.columns), _layout_of(ev.old), name)  # type: ignore[arg-type]
+                    rows.append((idx, ev.kind, ts, dump_record(record), name, routing))
         except DecodeError as exc:
             emit(topic, part, off, 0, "error", None, None, str(exc), key, value)
             continue
@@ -151,9 +170,14 @@ def decode_messages(
             continue
         if not rows:  # a message without events (e.g. an empty Open Protocol batch): keep its offset
             emit(topic, part, off, 0, "empty", None, None)
-        for idx, kind, ts, payload, name in rows:
-            emit(topic, part, off, idx, kind, ts, payload, name=name)
+        for idx, kind, ts, payload, name, routing in rows:
+            emit(topic, part, off, idx, kind, ts, payload, name=name, routing=routing)
     return out
+
+
+def _layout_of(image: Any) -> Any:
+    """The decoders' shared :class:`~ticdc_delta.codec.model.ImageLayout` of an image (``None``: none)."""
+    return image.layout if image.__class__ is Image else None
 
 
 SPAN = "span"
@@ -181,26 +205,56 @@ def span_rows(out: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return rows
 
 
+LAYOUT = "layout"
+"""The ``kind`` of a summary row (``make_decode_fn(keys=...)``): per (schema, table, layout) of one input
+batch's rows, the layout's signature in ``sig``, the layout itself pickled in ``payload`` and the count in
+``idx``."""
+
+
+def layout_rows(out: dict[str, list[Any]], layouts: dict[int, Layout]) -> dict[str, list[Any]]:
+    """The :data:`LAYOUT` rows of decoded columns ``out`` (those of :data:`NAMED_ARROW_SCHEMA`);
+    ``layouts``: signature -> layout."""
+    counts: dict[tuple[Any, Any, int], int] = {}
+    for kind, schema, table, sig in zip(out["kind"], out["schema"], out["table"], out["sig"]):
+        if kind == "row" and sig is not None:
+            counts[(schema, table, sig)] = counts.get((schema, table, sig), 0) + 1
+    rows: dict[str, list[Any]] = {name: [None] * len(counts) for name in out}
+    for i, ((schema, table, sig), n) in enumerate(counts.items()):
+        rows["kind"][i], rows["schema"][i], rows["table"][i], rows["sig"][i], rows["idx"][i] = LAYOUT, schema, table, sig, n
+        rows["payload"][i] = pickle.dumps(layouts[sig])
+    return rows
+
+
 def make_decode_fn(spec: DecoderSpec, *, names: Callable[[str], str] | None = None, spans: bool = False,
+                   keys: Callable[[str, str], Any] | None = None,
                    ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function for ``spec`` (output :data:`DECODED_SCHEMA`, or :data:`NAMED_SCHEMA`
     with the names folded by ``names``, a picklable function); the decoder is built once per partition
     task, with one upstream connection (``source.upstream``) opened on its first handle-key-only row and
     closed at the end. With ``spans``, each output batch ends with its :data:`SPAN` rows: what the ``spark``
-    engine's driver needs of the rows (offsets and counts) without another pass over them."""
+    engine's driver needs of the rows (offsets and counts) without another pass over them. With ``keys``
+    (the configured key columns, as :class:`~ticdc_delta.core.merge.KeyResolver`'s ``lookup``; with
+    ``names``), each row carries its :class:`~ticdc_delta.core.key_buckets.Routing` and each output batch
+    ends with its :data:`LAYOUT` rows too."""
     schema = NAMED_ARROW_SCHEMA if names is not None else DECODED_ARROW_SCHEMA
 
     def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         upstream = UpstreamLookup(spec.upstream) if spec.upstream is not None else None
         decoder = spec.build(upstream)
+        route = Router(keys) if keys is not None and names is not None else None
         try:
             for batch in batches:
                 cols = batch.to_pydict()
+                layouts: dict[int, Layout] = {}
                 out = decode_messages(
-                    decoder, cols["topic"], cols["partition"], cols["offset"], cols["key"], cols["value"], names
+                    decoder, cols["topic"], cols["partition"], cols["offset"], cols["key"], cols["value"], names,
+                    route, layouts,
                 )
-                if spans:
-                    for name, values in span_rows(out).items():
+                extra = [span_rows(out)] if spans else []
+                if route is not None:
+                    extra.append(layout_rows(out, layouts))
+                for rows in extra:
+                    for name, values in rows.items():
                         out[name].extend(values)
                 yield pa.RecordBatch.from_pydict(out, schema=schema)
         finally:

@@ -11,8 +11,10 @@ batch the state holds and built the ts guard):
    screen refuses and the rows whose commit ts the ts guard refuses (with their messages).
 3. The rows of the batch and the rows held by batch ``N-1`` (the staging table) are grouped by table
    and run through :meth:`~ticdc_delta.core.table_rules.TableRules.apply_table` on the executors: replay
-   drop, release up to the topic watermark, DDL segment, value screen, collapse per key. Out come the
-   final changes per (table, segment), the rows still held, and per table a few counters.
+   drop, release up to the topic watermark, DDL segment, value screen, collapse per key. A table with
+   ``sink.split_rows`` rows or more is grouped by table and key bucket (:mod:`ticdc_delta.core.key_buckets`)
+   when the layouts the decoder reports allow it. Out come the final changes per (table, segment), the
+   rows still held, and per table (bucket) a few counters.
 4. Per segment, every table's final changes are applied with **one** ``DeltaTable.merge`` (tables of a
    segment concurrently, one Spark session per thread); a table's rows are split only by the DDL that can
    change it (:func:`~ticdc_delta.delta.ddl_replay.ddl_tables`), so a batch with DDL on other tables still
@@ -48,6 +50,7 @@ from typing import Any, Callable, Iterator
 import pyarrow as pa
 
 from ..core.batch_planner import WATERMARK, ConsumerState, ResolvedMark
+from ..core.key_buckets import Router, Routing, owns, splittable
 from ..core.merge import DELETE, KeyResolver, MissingKeyError
 from ..core.records import ChangeRecord, DDLRecord, dump_record, load_record
 from ..core.table_rules import TableRules, plan_coordination
@@ -59,17 +62,20 @@ from ..delta.state_store import PipelineState
 from ..delta.value_check import ValueScreen
 from ..errors import ConcurrentCommitError, DecodeError, TerminalError
 from ..locations import child_location, fold_name
-from .decode import NAMED_SCHEMA, SPAN, make_decode_fn, spark_ddl
+from .decode import LAYOUT, NAMED_SCHEMA, SPAN, make_decode_fn, spark_ddl
 from .delta_sink import SparkDeltaSink
 
 __all__ = ["SparkEngine", "STAGING_SCHEMA", "MERGE_SOURCE_HOOK", "staging_path", "is_conflict"]
 
 log = logging.getLogger(__name__)
 
-STAGING_SCHEMA = "held_at long, schema string, table string, commit_ts long, payload binary, app string"
-"""The staging table of held rows: ``payload`` is :func:`~ticdc_delta.core.records.dump_record`."""
+STAGING_SCHEMA = ("held_at long, schema string, table string, commit_ts long, payload binary, app string, sig long, "
+                  "hashes array<long>")
+"""The staging table of held rows: ``payload`` is :func:`~ticdc_delta.core.records.dump_record`; ``sig`` and
+``hashes`` its :class:`~ticdc_delta.core.key_buckets.Routing`."""
 
 _SMALL_KINDS = ("meta", "summary", "error")
+_ONE_STAGING_FILE = 200_000  # held rows up to which a batch writes them to the staging table as one file
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
@@ -162,12 +168,14 @@ class _TableJob:
 
 
 _OUT_ARROW = pa.schema([("schema", pa.string()), ("table", pa.string()), ("kind", pa.string()),
-                        ("seg", pa.int32()), ("commit_ts", pa.int64()), ("payload", pa.binary())])
+                        ("seg", pa.int32()), ("commit_ts", pa.int64()), ("payload", pa.binary()),
+                        ("sig", pa.int64()), ("hashes", pa.list_(pa.int64()))])
 _OUT_SCHEMA = spark_ddl(_OUT_ARROW)
 
 
 def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
-    """The per-table rules (``groupBy(schema, table).applyInArrow``)."""
+    """The per-table rules (``groupBy(schema, table, bucket).applyInArrow``) of one key bucket of a table
+    (:mod:`ticdc_delta.core.key_buckets`; the whole table when it has one bucket)."""
 
     def apply(tbl: pa.Table) -> pa.Table:
         from ..delta.applier import TableCatalog
@@ -176,20 +184,29 @@ def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
         if tbl.num_rows == 0:
             return pa.Table.from_pydict(cols, schema=_OUT_ARROW)
         schema, table = tbl.column("schema")[0].as_py(), tbl.column("table")[0].as_py()
+        bucket, buckets = tbl.column("bucket")[0].as_py(), tbl.column("buckets")[0].as_py()
 
-        def emit(kind: str, seg: int, ts: int | None, payload: bytes) -> None:
+        def emit(kind: str, seg: int, ts: int | None, payload: bytes, routing: Routing | None = None) -> None:
             for name, value in (("schema", schema), ("table", table), ("kind", kind), ("seg", seg),
                                 ("commit_ts", ts), ("payload", payload)):
                 cols[name].append(value)
+            cols["sig"].append(None if routing is None else routing.signature)
+            cols["hashes"].append(None if routing is None else routing.hashes)
 
         new: list[ChangeRecord] = []
         held: list[ChangeRecord] = []
-        for is_held, payload in zip(tbl.column("held").to_pylist(), tbl.column("payload").to_pylist()):
-            (held if is_held else new).append(load_record(payload))  # type: ignore[arg-type]
+        secondary: set[tuple[str, int, int, int]] = set()
+        for is_held, primary, payload in zip(tbl.column("held").to_pylist(), tbl.column("primary").to_pylist(),
+                                             tbl.column("payload").to_pylist()):
+            rec: ChangeRecord = load_record(payload)  # type: ignore[assignment]
+            (held if is_held else new).append(rec)
+            if not primary:
+                secondary.add((rec.topic, rec.partition, rec.offset, rec.idx))
         screen = ValueScreen(TableCatalog(job.catalog_json), job.tz, ddl_policy=job.policy,
                              case_sensitive=job.case_sensitive, delta_type=job.delta_types)
         try:
-            out = job.rules.apply_table(new, held, KeyResolver(lookup=job.keys), screen)
+            out = job.rules.apply_table(new, held, KeyResolver(lookup=job.keys), screen, secondary=secondary,
+                                        owns=owns(bucket, buckets) if buckets > 1 else None)
         except MissingKeyError as exc:
             emit("error", -1, None, pickle.dumps(str(exc)))
             return pa.Table.from_pydict(cols, schema=_OUT_ARROW)
@@ -207,16 +224,21 @@ def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
             meta = {"keys": tc.key_columns, "col_types": list(col_types.items()), "rows": len(tc.changes),
                     "deleted": n_del, "last_ts": last}
             emit("meta", seg, last, pickle.dumps(meta))
-        for rec in out.held:
-            emit("held", -1, rec.commit_ts, dump_record(rec))
+        router = Router(job.keys)
+        layouts = set()
+        for rec in out.held:  # with their routing: the next batch buckets them as the decoder does new rows
+            routing = router(rec)
+            layouts.add(routing.signature)
+            emit("held", -1, rec.commit_ts, dump_record(rec), routing)
         for rej in out.rejected:
             emit("rejected_ts", -1, rej.ts, pickle.dumps(rej))
-        for rejection in screen.rejections:
+        rejections = [r for r in screen.rejections if (r.topic, r.partition, r.offset, r.idx) not in secondary]
+        for rejection in rejections:
             emit("rejection", -1, None, pickle.dumps(rejection))
         emit("summary", -1, None, pickle.dumps({"replays": out.replays, "held": len(out.held),
-                                                "released": out.released, "rejections": len(screen.rejections),
+                                                "released": out.released, "rejections": len(rejections),
                                                 "snapshot_dropped": out.snapshot_dropped,
-                                                "rejected_ts": len(out.rejected)}))
+                                                "rejected_ts": len(out.rejected), "layouts": sorted(layouts)}))
         return pa.Table.from_pydict(cols, schema=_OUT_ARROW)
 
     return apply
@@ -297,6 +319,90 @@ def _rejected_ts_fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatc
                                          schema=_REJECTED_TS_ARROW)
 
 
+def _split_tables(spark: Any, layouts: dict[tuple[str, str], list[Any]], held: list[Any] | None,
+                  split_rows: int, keys: _ConfiguredKeys) -> dict[tuple[str, str], int]:
+    """The tables to split into key buckets (:mod:`ticdc_delta.core.key_buckets`) and into how many: one
+    bucket per ``split_rows`` rows (``sink.split_rows``; 0: none) up to the session's default parallelism,
+    for the tables whose rows, new (``layouts``: table -> [{signature: pickled layout}, rows]) and held
+    (``held``: [schema, table, signatures, rows] entries; ``None``: unknown), are
+    :func:`~ticdc_delta.core.key_buckets.splittable` — held rows of a layout no new row has are unknown."""
+    if held is None or split_rows <= 0:
+        return {}
+    tables: dict[tuple[str, str], list[Any]] = {ident: [dict(found), n, set()] for ident, (found, n) in layouts.items()}
+    for schema, table, sigs, n in held:
+        found = tables.setdefault((schema, table), [{}, 0, set()])
+        found[1] += n
+        found[2].update(sigs)
+    most = spark.sparkContext.defaultParallelism
+    out = {}
+    for (schema, table), (known, n, held_sigs) in tables.items():
+        buckets = min(most, n // split_rows)
+        if buckets > 1 and held_sigs <= set(known) and splittable(
+                (pickle.loads(v) for v in known.values()), keys(schema, table)):
+            out[(schema, table)] = buckets
+    return out
+
+
+def _with_buckets(rows: Any, split: dict[tuple[str, str], int], slots: list[int] | None = None) -> Any:
+    """``rows`` with the ``bucket`` each goes to, the table's ``buckets`` and whether it is there as
+    ``primary`` (a key-changing update of a split table is in its new key's bucket and, when another, in
+    its old key's: :func:`ticdc_delta.core.key_buckets.split`), and the ``slot`` its group is shuffled by
+    (:func:`_group_rules`)."""
+    from pyspark.sql import functions as F
+
+    if not split:
+        return rows.select("*", F.lit(0).alias("bucket"), F.lit(1).alias("buckets"), F.lit(True).alias("primary"),
+                           F.lit(0).alias("slot"))
+    names = F.concat_ws("\0", "schema", "table")
+    sizes = F.create_map(*[v for (schema, table), n in split.items() for v in (F.lit(f"{schema}\0{table}"), F.lit(n))])
+    n = F.col("buckets")
+    first = F.when(n > 1, F.pmod(F.col("hashes")[0], n)).otherwise(0)
+    second = F.when((n > 1) & (F.size("hashes") > 1), F.pmod(F.col("hashes")[1], n))
+    out = (rows.withColumn("buckets", F.coalesce(F.element_at(sizes, names), F.lit(1)).cast("int"))
+           .withColumn("first", first).withColumn("second", second)
+           .select("*", F.posexplode(F.when(F.col("second").isNotNull() & (F.col("second") != F.col("first")),
+                                            F.array("first", "second")).otherwise(F.array("first")))
+                   .alias("pos", "bucket"))
+           .select(*rows.columns, F.col("bucket").cast("int").alias("bucket"), "buckets",
+                   (F.col("pos") == 0).alias("primary")))
+    # each bucket of a split table in a shuffle partition of its own (its own task, so its own core):
+    # ``slots[j]`` is a value Spark's hash partitioning sends to partition j; other tables spread by name
+    assert slots  # noqa: S101 - _group_rules passes them with a split
+    starts, at = {}, 0
+    for ident, k in sorted(split.items()):
+        starts[ident] = at
+        at += k
+    base = F.create_map(*[v for (schema, table), a in starts.items() for v in (F.lit(f"{schema}\0{table}"), F.lit(a))])
+    slot_of = F.array(*[F.lit(v) for v in slots])
+    start = F.element_at(base, names)
+    return out.select("*", F.when(start.isNull(), F.hash("schema", "table"))
+                      .otherwise(F.element_at(slot_of, F.pmod(start + F.col("bucket"), len(slots)) + 1))
+                      .cast("int").alias("slot"))
+
+
+def _add_meta(metas: dict[tuple[int, str, str], dict], at: tuple[int, str, str], meta: dict) -> None:
+    """Put one bucket's meta of a table's segment together with the other buckets' (their final changes
+    are of different keys; they have the same key columns, and each bucket's columns are a prefix of the
+    table's: :func:`~ticdc_delta.core.key_buckets.splittable`).
+
+    Raises:
+        TerminalError: two buckets disagree on the key or the columns (a bug: nothing is written).
+    """
+    found = metas.get(at)
+    if found is None:
+        metas[at] = dict(meta)
+        return
+    short, long_ = sorted((found["col_types"], meta["col_types"]), key=len)
+    if tuple(found["keys"]) != tuple(meta["keys"]) or long_[:len(short)] != short:
+        raise TerminalError(f"{at[1]}.{at[2]}: the key buckets of one table disagree on its key or columns "
+                            f"({found['keys']} / {meta['keys']})")
+    found["col_types"] = long_
+    found["rows"] += meta["rows"]
+    found["deleted"] += meta["deleted"]
+    if meta["last_ts"] is not None:
+        found["last_ts"] = meta["last_ts"] if found["last_ts"] is None else max(found["last_ts"], meta["last_ts"])
+
+
 def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
@@ -323,6 +429,7 @@ class SparkEngine:
         self.staging = staging_path(self.cfg.checkpoint)
         self._sessions = threading.local()
         self._compaction: Any = None  # spark_compaction(spark), made on the first batch (its own session)
+        self._slots: dict[int, list[int]] = {}  # shuffle partitions -> a slot value hashed to each (_group_rules)
 
     # --- helpers ---------------------------------------------------------------------------------------
 
@@ -376,7 +483,8 @@ class SparkEngine:
         spark = batch_df.sparkSession
         spec = h._decoder_spec()
         names = functools.partial(fold_name, case_sensitive=cfg.case_sensitive)
-        decoded = (batch_df.mapInArrow(make_decode_fn(spec, names=names, spans=True), NAMED_SCHEMA)
+        keys = _ConfiguredKeys(cfg)
+        decoded = (batch_df.mapInArrow(make_decode_fn(spec, names=names, spans=True, keys=keys), NAMED_SCHEMA)
                    .persist(StorageLevel.MEMORY_AND_DISK))
         out = view = None
         try:
@@ -386,9 +494,15 @@ class SparkEngine:
             counts = {"row": 0, "ddl": 0, "resolved": 0, "error": 0, "empty": 0}
             ddl: list[DDLRecord] = []
             resolved: list[ResolvedMark] = []
-            small_cols = ("topic", "partition", "kind", "offset", "idx", "commit_ts", "payload", "error")
-            for r in decoded.filter(F.col("kind").isin(SPAN, "ddl", "resolved")).select(*small_cols).collect():
-                if r["kind"] == SPAN:  # (kind in error, first offset, last offset in commit_ts, count in idx)
+            layouts: dict[tuple[str, str], list[Any]] = {}  # table -> [its rows' {signature: layout}, rows]
+            small_cols = ("topic", "partition", "kind", "offset", "idx", "commit_ts", "payload", "error", "schema",
+                          "table", "sig")
+            for r in decoded.filter(F.col("kind").isin(SPAN, LAYOUT, "ddl", "resolved")).select(*small_cols).collect():
+                if r["kind"] == LAYOUT:
+                    found = layouts.setdefault((r["schema"], r["table"]), [{}, 0])
+                    found[0].setdefault(r["sig"], r["payload"])
+                    found[1] += r["idx"]
+                elif r["kind"] == SPAN:  # (kind in error, first offset, last offset in commit_ts, count in idx)
                     counts[r["error"]] = counts.get(r["error"], 0) + r["idx"]
                     span = offsets.setdefault((r["topic"], r["partition"]), [r["offset"], r["commit_ts"]])
                     span[0], span[1] = min(span[0], r["offset"]), max(span[1], r["commit_ts"])
@@ -422,38 +536,57 @@ class SparkEngine:
 
             # 4. the per-table part, on the executors
             t_plan = time.monotonic()
-            rows = decoded.filter(F.col("kind") == "row").select("schema", "table", F.lit(False).alias("held"), "payload")
+            row_cols = ("schema", "table", "held", "payload", "sig", "hashes")
+            rows = decoded.filter(F.col("kind") == "row").select(
+                "schema", "table", F.lit(False).alias("held"), "payload", "sig", "hashes")
             staged_batch, staged_app = h._meta.get("staging_batch"), h._meta.get("staging_app")
+            # the layouts of the held rows (None: rows held by an earlier version, without their routing)
+            held_layouts: list[Any] | None = [] if staged_batch is None else h._meta.get("held_layouts")
             if staged_batch is not None:
                 which = F.col("held_at") == int(staged_batch)
                 if staged_app is not None:  # (a state written before staging rows carried their app id: none)
                     which = which & (F.col("app") == staged_app)
-                rows = rows.unionByName(
-                    spark.read.format("delta").load(self.staging).filter(which)
-                    .select("schema", "table", F.lit(True).alias("held"), "payload")
-                )
+                staged = spark.read.format("delta").load(self.staging)
+                routed = "sig" in staged.columns
+                rows = rows.unionByName(staged.filter(which).select(
+                    "schema", "table", F.lit(True).alias("held"), "payload",
+                    *(("sig", "hashes") if routed else (F.lit(None).cast("long").alias("sig"),
+                                                       F.lit(None).cast("array<long>").alias("hashes")))))
+                if not routed:
+                    held_layouts = None  # rows held before they carried their routing: no table is split
             if held_rows:
+                router = Router(keys)
+                held_data = []
+                for r in held_rows:
+                    folded = r._replace(schema=names(r.schema), table=names(r.table))
+                    routing = router(folded)
+                    held_data.append((folded.schema, folded.table, True, dump_record(r), routing.signature,
+                                      routing.hashes))
+                    if held_layouts is not None:
+                        held_layouts.append([folded.schema, folded.table, [routing.signature], 1])
                 rows = rows.unionByName(spark.createDataFrame(
-                    [(names(r.schema), names(r.table), True, dump_record(r)) for r in held_rows],
-                    "schema string, table string, held boolean, payload binary"))
+                    held_data, "schema string, table string, held boolean, payload binary, sig long, hashes array<long>"))
+            split = _split_tables(spark, layouts, held_layouts, cfg.sink.split_rows, keys)
+            rows = rows.select(*row_cols)
             policy = h._ddl_handler.policy if h._ddl_handler is not None else _evolve_all
             has_ddl = bool(ddl) or any(isinstance(r, DDLRecord) for r in state.held)
             job = _TableJob(rules, _ConfiguredKeys(cfg), h._catalog.to_json(), cfg.sink.source_timezone, policy,
                             cfg.case_sensitive, None if has_ddl else _DeltaColumnTypes(cfg))
-            out = (rows.groupBy("schema", "table").applyInArrow(_table_fn(job), _OUT_SCHEMA)
-                   .persist(StorageLevel.MEMORY_AND_DISK))
+            out = self._group_rules(spark, rows, split, job).persist(StorageLevel.MEMORY_AND_DISK)
             small = out.filter(F.col("kind").isin(*_SMALL_KINDS)).collect()
             n_values = 0  # changes the value screen refused: they stay on the executors
             metas: dict[int, list[tuple[str, str, dict]]] = {}
             rows_rejected = 0  # rows the ts guard refused: they stay on the executors too
             replays, held = plan.replays_dropped, len(plan.state.held)
             held_by_table: dict[str, int] = {}
+            next_layouts: dict[tuple[str, str], list[Any]] = {}  # the held rows' layouts, for the next batch
+            table_metas: dict[tuple[int, str, str], dict] = {}
             for r in small:
                 value = pickle.loads(r["payload"])
                 if r["kind"] == "error":
                     raise TerminalError(f"batch {batch_id}: {value}")
                 if r["kind"] == "meta":
-                    metas.setdefault(r["seg"], []).append((r["schema"], r["table"], value))
+                    _add_meta(table_metas, (r["seg"], r["schema"], r["table"]), value)
                 elif r["kind"] == "summary":
                     replays += value["replays"]
                     held += value["held"]
@@ -461,7 +594,13 @@ class SparkEngine:
                     plan.snapshot_dropped += value.get("snapshot_dropped", 0)
                     rows_rejected += value["rejected_ts"]
                     if value["held"]:
-                        held_by_table[f"{r['schema']}.{r['table']}"] = value["held"]
+                        name = f"{r['schema']}.{r['table']}"
+                        held_by_table[name] = held_by_table.get(name, 0) + value["held"]
+                        found = next_layouts.setdefault((r["schema"], r["table"]), [set(), 0])
+                        found[0].update(value["layouts"])
+                        found[1] += value["held"]
+            for (seg, schema, table), value in table_metas.items():
+                metas.setdefault(seg, []).append((schema, table, value))
             timings["plan"] = time.monotonic() - t_plan
             implausible = len(plan.rejected) + rows_rejected
             if implausible:
@@ -484,10 +623,14 @@ class SparkEngine:
             t_state = time.monotonic()
             rows_held = held - len(plan.state.held)
             if rows_held:
-                self._append(out.filter(F.col("kind") == "held").select(
+                staged_rows = out.filter(F.col("kind") == "held").select(
                     F.lit(batch_id).cast("long").alias("held_at"), "schema", "table", "commit_ts", "payload",
-                    F.lit(h._app_id).alias("app")),
-                    self.staging, Txn(h._app_id + "/staging", batch_id), merge_schema=True)
+                    F.lit(h._app_id).alias("app"), "sig", "hashes")
+                if rows_held <= _ONE_STAGING_FILE:
+                    # one file, not one per partition of the rules' output (plus the empty file Spark writes
+                    # for an empty first partition, which Delta does not commit and only VACUUM removes)
+                    staged_rows = staged_rows.coalesce(1)
+                self._append(staged_rows, self.staging, Txn(h._app_id + "/staging", batch_id), merge_schema=True)
             from .batch_handler import next_state_meta  # the handler imports this module
 
             meta = next_state_meta(
@@ -500,6 +643,8 @@ class SparkEngine:
             meta["staging_app"] = h._app_id if rows_held else None
             meta["rows_held"] = rows_held
             meta["held_by_table"] = held_by_table  # for `status` (the rows are in the staging table)
+            meta["held_layouts"] = [[schema, table, sorted(sigs), n]
+                                    for (schema, table), (sigs, n) in sorted(next_layouts.items())]
             h._fault("before_state", batch_id)
             h.store.save(
                 batch_id,
@@ -523,7 +668,8 @@ class SparkEngine:
                 self._clean_staging(spark, meta["staging_batch"], meta["staging_app"])
             progress = _Progress(dict(plan.topic_watermarks), held, replays, plan.snapshot_dropped)
             h._progress(batch_id, offsets, counts, progress, result, counts["error"] + n_values,
-                        time.monotonic() - started, timings, values=n_values, implausible=implausible)
+                        time.monotonic() - started, timings, values=n_values, implausible=implausible,
+                        split={f"{schema}.{table}": n for (schema, table), n in sorted(split.items())})
         finally:
             if view is not None:
                 spark.catalog.dropGlobalTempView(view)
@@ -531,6 +677,29 @@ class SparkEngine:
             if out is not None:
                 out.unpersist()
 
+
+    def _group_rules(self, spark: Any, rows: Any, split: dict[tuple[str, str], int], job: _TableJob) -> Any:
+        """The per-table rules over ``rows``: one group per table, or per (table, key bucket) for the
+        ``split`` tables, whose buckets are each shuffled to a partition (a task) of their own."""
+        if not split:
+            return _with_buckets(rows, split).groupBy("schema", "table", "bucket").applyInArrow(_table_fn(job), _OUT_SCHEMA)
+        from pyspark.sql import functions as F
+
+        try:
+            parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        except ValueError:  # Databricks' "auto"
+            parts = spark.sparkContext.defaultParallelism
+        parts = max(parts, sum(split.values()))
+        slots = self._slots.get(parts)
+        if slots is None:
+            # a value per partition that Spark's hash partitioning (Murmur3 of an int, pmod) sends there
+            found: dict[int, int] = {}
+            for r in (spark.range(0, 64 * parts).select(F.col("id").cast("int").alias("v"))
+                      .select("v", F.pmod(F.hash("v"), F.lit(parts)).alias("p")).collect()):
+                found.setdefault(r["p"], r["v"])
+            slots = self._slots[parts] = [found[j] for j in sorted(found)]
+        return (_with_buckets(rows, split, slots).repartition(parts, "slot")
+                .groupBy("slot", "schema", "table", "bucket").applyInArrow(_table_fn(job), _OUT_SCHEMA))
 
     def _append_dead_letters(self, rows: Any, kind: str, batch_id: int) -> None:
         """Append ``rows`` to the dead-letter table in its layout: the columns of
