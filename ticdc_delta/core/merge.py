@@ -8,6 +8,7 @@ DELETE + INSERT by default; when it does not, the old image tells us the old key
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..codec.model import ColumnFlag, Op
@@ -21,6 +22,7 @@ DELETE = "d"
 _HANDLE = int(ColumnFlag.HANDLE_KEY)
 _PRIMARY = int(ColumnFlag.PRIMARY_KEY)
 _UNIQUE = int(ColumnFlag.UNIQUE_KEY)
+_NAME_FLAGS = itemgetter(0, 2)
 
 
 @dataclass(slots=True)
@@ -73,6 +75,7 @@ class KeyResolver:
         self._lookup = lookup
         self._looked_up: dict[tuple[str, str], tuple[str, ...]] = {}
         self._known: dict[tuple[str, str], tuple[str, ...]] = {}
+        self._flagged: dict[tuple[tuple[str, int], ...], tuple[str, ...] | None] = {}  # per (name, flags) layout
 
     def override(self, schema: str, table: str) -> tuple[str, ...]:
         """The configured key of a table, ``()`` when none is configured."""
@@ -93,11 +96,15 @@ class KeyResolver:
         if found:
             return found
         # The image's own flags win: after a key-changing DDL the row events flag the new key.
-        for mask in (_HANDLE, _PRIMARY, _UNIQUE):
-            names = tuple(c[0] for c in image if c[2] & mask)
-            if names:
-                self._known[ident] = names
-                return names
+        shape = tuple(map(_NAME_FLAGS, image))
+        flagged = self._flagged.get(shape, False)
+        if flagged is False:
+            flagged = self._flagged[shape] = next(
+                (names for mask in (_HANDLE, _PRIMARY, _UNIQUE) if (names := tuple(n for n, f in shape if f & mask))),
+                None)
+        if flagged is not None:
+            self._known[ident] = flagged
+            return flagged
         known = self._known.get(ident)
         if known:
             return known

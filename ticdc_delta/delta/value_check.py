@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal, InvalidOperation
+from operator import itemgetter
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import pyarrow as pa
@@ -47,6 +48,7 @@ _DECIMAL = int(TypeCode.DECIMAL)
 _UNSIGNED = int(ColumnFlag.UNSIGNED)
 _INT_BITS = {int(TypeCode.TINYINT): 8, int(TypeCode.SMALLINT): 16, int(TypeCode.MEDIUMINT): 24, int(TypeCode.INT): 32}
 _LABELS = frozenset({int(TypeCode.ENUM), int(TypeCode.SET)})
+_COLUMN = itemgetter(0, 1, 2)
 
 
 class Rejection(NamedTuple):
@@ -237,12 +239,14 @@ class ValueScreen:
         self._table_problem = table_problem
         self._changed_schemas: set[str] = set()
         self._checks: dict[tuple[Any, ...], Any] = {}
+        self._layouts: dict[tuple[Any, ...], list[Any]] = {}
         self._screening: list[ChangeRecord] = []
         self.rejections: list[Rejection] = []
 
     def ddl(self, record: DDLRecord) -> None:
         """A DDL comes before the next rows: follow what it does to type parameters."""
         self._checks.clear()
+        self._layouts.clear()
         from ..schema import ddl as d
         from .ddl_replay import column_params
 
@@ -298,25 +302,33 @@ class ValueScreen:
             reason = self._table_problem(rec.schema, rec.table)
             if reason:
                 return self._reject(rec, None, None, reason)
-        checks = self._checks
         schema, table = rec.schema, rec.table
         for image in (rec.new, rec.old):
             if not image:
                 continue
-            for name, type_code, flags, value in image:
-                key = (schema, table, name, type_code, flags)
-                check = checks.get(key)
-                if check is None:
-                    check = checks[key] = self._check_for(schema, table, name, type_code, flags)
-                if isinstance(check, str):
-                    return self._reject(rec, name, name, check)
+            # the checks of an image's columns, looked up once per layout (the images of a table share a few)
+            layout = (schema, table, tuple(map(_COLUMN, image)))
+            checks = self._layouts.get(layout)
+            if checks is None:
+                checks = self._layouts[layout] = [self._column_check(schema, table, c[0], c[1], c[2]) for c in image]
+            for check, column in zip(checks, image):
+                if check.__class__ is str:
+                    return self._reject(rec, column[0], column[0], check)
+                value = column[3]
                 if value is None:
                     continue
                 try:
                     check(value)
                 except SinkError as exc:
-                    return self._reject(rec, name, value, str(exc))
+                    return self._reject(rec, column[0], value, str(exc))
         return None
+
+    def _column_check(self, schema: str, table: str, name: Any, type_code: int, flags: int) -> Callable[[Any], Any] | str:
+        key = (schema, table, name, type_code, flags)
+        check = self._checks.get(key)
+        if check is None:
+            check = self._checks[key] = self._check_for(schema, table, name, type_code, flags)
+        return check
 
     def _check_for(self, schema: str, table: str, name: Any, type_code: int, flags: int) -> Callable[[Any], Any] | str:
         """The check of one column's values (a function raising SinkError), or why the column itself
