@@ -319,6 +319,15 @@ def _rejected_ts_fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatc
                                          schema=_REJECTED_TS_ARROW)
 
 
+def _parallelism(spark: Any) -> int:
+    """The session's default parallelism (its cores), or 1 where the session does not say (a shared
+    cluster that hides the SparkContext)."""
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:  # noqa: BLE001 - e.g. Spark Connect: no SparkContext; then tables are not split
+        return 1
+
+
 def _split_tables(spark: Any, layouts: dict[tuple[str, str], list[Any]], held: list[Any] | None,
                   split_rows: int, keys: _ConfiguredKeys) -> dict[tuple[str, str], int]:
     """The tables to split into key buckets (:mod:`ticdc_delta.core.key_buckets`) and into how many: one
@@ -333,7 +342,7 @@ def _split_tables(spark: Any, layouts: dict[tuple[str, str], list[Any]], held: l
         found = tables.setdefault((schema, table), [{}, 0, set()])
         found[1] += n
         found[2].update(sigs)
-    most = spark.sparkContext.defaultParallelism
+    most = _parallelism(spark)
     out = {}
     for (schema, table), (known, n, held_sigs) in tables.items():
         buckets = min(most, n // split_rows)
@@ -688,7 +697,7 @@ class SparkEngine:
         try:
             parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
         except ValueError:  # Databricks' "auto"
-            parts = spark.sparkContext.defaultParallelism
+            parts = _parallelism(spark)
         parts = max(parts, sum(split.values()))
         slots = self._slots.get(parts)
         if slots is None:
