@@ -106,8 +106,8 @@ def decode_messages(
 ) -> dict[str, list[Any]]:
     """Decode a column batch of messages into the columns of :data:`DECODED_ARROW_SCHEMA`, or with ``fold``
     (how names are compared) into those of :data:`NAMED_ARROW_SCHEMA`, with each row's routing when
-    ``route`` is given (it takes the record with its names folded); ``layouts`` collects the layout of
-    each signature."""
+    ``route`` is given (it gets the record, its images' shared layouts and its folded names);
+    ``layouts`` collects the layout of each signature."""
     out: dict[str, list[Any]] = {name: [] for name in (NAMED_ARROW_SCHEMA if fold else DECODED_ARROW_SCHEMA).names}
     o_topic, o_part, o_off, o_idx = out["topic"], out["partition"], out["offset"], out["idx"]
     o_kind, o_ts, o_payload = out["kind"], out["commit_ts"], out["payload"]
