@@ -28,10 +28,9 @@ from __future__ import annotations
 import hashlib
 import zlib
 from decimal import Decimal
-from operator import itemgetter
 from typing import Any, Callable, Hashable, Iterable, NamedTuple, Sequence
 
-from .merge import _HANDLE, _PRIMARY, _UNIQUE, KeyResolver, _key
+from .merge import _COLUMN, KeyResolver, _key, flagged_key
 from .records import ChangeRecord
 
 __all__ = ["Layout", "Router", "Routing", "key_hash", "layout", "owns", "route", "signature", "split", "splittable"]
@@ -78,7 +77,7 @@ Layout = tuple[tuple[tuple[str, int, int], ...], ...]
 
 def layout(record: ChangeRecord) -> Layout:
     """The record's :data:`Layout`."""
-    layouts = [tuple((c[0], c[1], c[2]) for c in image) for image in (record.new, record.old) if image is not None]
+    layouts = [tuple(map(_COLUMN, image)) for image in (record.new, record.old) if image is not None]
     if len(layouts) == 2 and layouts[0] == layouts[1]:
         layouts.pop()
     return tuple(layouts)
@@ -104,8 +103,7 @@ def splittable(layouts: Iterable[Layout], override: Sequence[str] | None) -> boo
             if override:
                 names.add(tuple(override))
             else:
-                found = next((tuple(c[0] for c in image if c[2] & mask) for mask in (_HANDLE, _PRIMARY, _UNIQUE)
-                              if any(c[2] & mask for c in image)), None)
+                found = flagged_key(image)
                 if found is None:
                     return False
                 names.add(found)
@@ -136,9 +134,6 @@ class Routing(NamedTuple):
     layout: Layout
 
 
-_COLUMN = itemgetter(0, 1, 2)
-
-
 class Router:
     """:func:`route` for many records: the layouts' signatures and key positions are worked out once.
 
@@ -165,12 +160,8 @@ class Router:
         old_id = None if record.old is None else (old_layout if old_layout is not None else tuple(map(_COLUMN, record.old)))
         shape = self._shapes.get((new_id, old_id))
         if shape is None:
-            new = None if record.new is None else tuple(map(_COLUMN, record.new))
-            old = None if record.old is None else tuple(map(_COLUMN, record.old))
-            layouts = tuple(x for x in (new, old) if x is not None)
-            if len(layouts) == 2 and new == old:
-                layouts = (layouts[0],)
-            shape = self._shapes[(new_id, old_id)] = _Shape(signature(layouts), layouts, {})
+            found = layout(record)
+            shape = self._shapes[(new_id, old_id)] = _Shape(signature(found), found, {})
         image = record.new if record.new is not None else record.old
         if image is None:
             return Routing(shape.signature, [0], shape.layout)
@@ -197,8 +188,7 @@ class Router:
         if names is None:
             names = self._overrides[ident] = tuple((self._override(*ident) if self._override else None) or ())
         if not names:
-            names = next((tuple(c[0] for c in first if c[2] & mask) for mask in (_HANDLE, _PRIMARY, _UNIQUE)
-                          if any(c[2] & mask for c in first)), tuple(c[0] for c in first))
+            names = flagged_key(first) or tuple(c[0] for c in first)
 
         def at(columns: tuple[tuple[str, int, int], ...] | None) -> tuple[int, ...] | None:
             if columns is None:
@@ -215,11 +205,9 @@ class _Shape(NamedTuple):
     positions: dict[tuple[str, str], tuple[tuple[int, ...] | None, tuple[int, ...] | None]]
 
 
-def route(record: ChangeRecord, keys: KeyResolver | Router) -> Routing:
-    """The :class:`Routing` of one row (see :class:`Router`; a :class:`~.merge.KeyResolver` gives the key
-    columns the way :func:`~.merge.collapse` would)."""
-    if isinstance(keys, Router):
-        return keys(record)
+def route(record: ChangeRecord, keys: KeyResolver) -> Routing:
+    """The :class:`Routing` of one row with the key columns ``keys`` gives, the way :func:`~.merge.collapse`
+    takes them (:class:`Router` does the same for many rows, for :func:`splittable` tables)."""
     shape = layout(record)
     image = record.new if record.new is not None else record.old
     if image is None:

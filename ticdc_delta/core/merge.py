@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from ..codec.model import ColumnFlag, Op
 from .records import ChangeRecord, ColumnTuple
 
-__all__ = ["FinalChange", "TableChanges", "KeyResolver", "collapse", "UPSERT", "DELETE"]
+__all__ = ["FinalChange", "TableChanges", "KeyResolver", "collapse", "flagged_key", "UPSERT", "DELETE"]
 
 UPSERT = "u"
 DELETE = "d"
@@ -22,7 +22,17 @@ DELETE = "d"
 _HANDLE = int(ColumnFlag.HANDLE_KEY)
 _PRIMARY = int(ColumnFlag.PRIMARY_KEY)
 _UNIQUE = int(ColumnFlag.UNIQUE_KEY)
-_NAME_FLAGS = itemgetter(0, 2)
+_COLUMN = itemgetter(0, 1, 2)
+
+
+def flagged_key(columns: Sequence[Sequence[Any]]) -> tuple[str, ...] | None:
+    """The key an image's columns (``(name, type, flags, ...)``) flag: the handle-key columns (TiCDC's
+    choice of primary or unique key), else the primary-key, else the unique-key ones; ``None``: none."""
+    for mask in (_HANDLE, _PRIMARY, _UNIQUE):
+        names = tuple(c[0] for c in columns if c[2] & mask)
+        if names:
+            return names
+    return None
 
 
 @dataclass(slots=True)
@@ -75,7 +85,7 @@ class KeyResolver:
         self._lookup = lookup
         self._looked_up: dict[tuple[str, str], tuple[str, ...]] = {}
         self._known: dict[tuple[str, str], tuple[str, ...]] = {}
-        self._flagged: dict[tuple[tuple[str, int], ...], tuple[str, ...] | None] = {}  # per (name, flags) layout
+        self._flagged: dict[tuple[tuple[str, int, int], ...], tuple[str, ...] | None] = {}  # per image layout
 
     def override(self, schema: str, table: str) -> tuple[str, ...]:
         """The configured key of a table, ``()`` when none is configured."""
@@ -96,12 +106,10 @@ class KeyResolver:
         if found:
             return found
         # The image's own flags win: after a key-changing DDL the row events flag the new key.
-        shape = tuple(map(_NAME_FLAGS, image))
+        shape = tuple(map(_COLUMN, image))
         flagged = self._flagged.get(shape, False)
         if flagged is False:
-            flagged = self._flagged[shape] = next(
-                (names for mask in (_HANDLE, _PRIMARY, _UNIQUE) if (names := tuple(n for n, f in shape if f & mask))),
-                None)
+            flagged = self._flagged[shape] = flagged_key(shape)
         if flagged is not None:
             self._known[ident] = flagged
             return flagged

@@ -545,12 +545,13 @@ class SparkEngine:
 
             # 4. the per-table part, on the executors
             t_plan = time.monotonic()
-            row_cols = ("schema", "table", "held", "payload", "sig", "hashes")
             rows = decoded.filter(F.col("kind") == "row").select(
                 "schema", "table", F.lit(False).alias("held"), "payload", "sig", "hashes")
             staged_batch, staged_app = h._meta.get("staging_batch"), h._meta.get("staging_app")
             # the layouts of the held rows (None: rows held by an earlier version, without their routing)
             held_layouts: list[Any] | None = [] if staged_batch is None else h._meta.get("held_layouts")
+            if held_layouts is not None:
+                held_layouts = list(held_layouts)  # (a copy: this batch adds to it, the state's stays)
             if staged_batch is not None:
                 which = F.col("held_at") == int(staged_batch)
                 if staged_app is not None:  # (a state written before staging rows carried their app id: none)
@@ -576,7 +577,6 @@ class SparkEngine:
                 rows = rows.unionByName(spark.createDataFrame(
                     held_data, "schema string, table string, held boolean, payload binary, sig long, hashes array<long>"))
             split = _split_tables(spark, layouts, held_layouts, cfg.sink.split_rows, keys)
-            rows = rows.select(*row_cols)
             policy = h._ddl_handler.policy if h._ddl_handler is not None else _evolve_all
             has_ddl = bool(ddl) or any(isinstance(r, DDLRecord) for r in state.held)
             job = _TableJob(rules, _ConfiguredKeys(cfg), h._catalog.to_json(), cfg.sink.source_timezone, policy,
