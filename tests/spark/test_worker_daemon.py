@@ -1,0 +1,80 @@
+"""The worker daemon's zip-directory cache: unchanged archives are not re-read at every Python task."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+import zipimport
+from pathlib import Path
+
+import pytest
+
+from ticdc_delta.spark.worker_daemon import keep_unchanged_zip_directories
+
+
+def _archive(path: Path, modules: dict[str, str]) -> None:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, text in modules.items():
+            zf.writestr(f"{name}.py", text)
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The archives whose directory zipimport reads (its module-level reader, counted)."""
+    seen: list[str] = []
+    real = zipimport._read_directory  # type: ignore[attr-defined]
+
+    def counting(archive: str) -> object:
+        seen.append(archive)
+        return real(archive)
+
+    monkeypatch.setattr(zipimport, "_read_directory", counting)
+    return seen
+
+
+def test_an_unchanged_archive_is_read_once_and_a_changed_one_again(tmp_path: Path, reads: list[str]) -> None:
+    path = tmp_path / "lib.zip"
+    _archive(path, {"first_mod": "X = 1\n"})
+    importer = zipimport.zipimporter(str(path))
+    restore = keep_unchanged_zip_directories()
+    try:
+        reads.clear()
+        importer.invalidate_caches()  # not read since the patch: read now
+        importer.invalidate_caches()
+        importer.invalidate_caches()
+        assert reads == [str(path)]
+        assert importer.find_spec("second_mod") is None
+
+        _archive(path, {"first_mod": "X = 1\n", "second_mod": "Y = 2\n"})  # replaced: another size
+        os.utime(path, ns=(1, 1))  # and another mtime
+        importer.invalidate_caches()
+        assert reads == [str(path), str(path)]
+        assert importer.find_spec("second_mod") is not None  # the new directory is the one used
+    finally:
+        restore()
+
+
+def test_restore_puts_the_original_back(tmp_path: Path, reads: list[str]) -> None:
+    path = tmp_path / "lib.zip"
+    _archive(path, {"m": ""})
+    importer = zipimport.zipimporter(str(path))
+    keep_unchanged_zip_directories()()
+    reads.clear()
+    importer.invalidate_caches()
+    importer.invalidate_caches()
+    assert reads == [str(path), str(path)]  # every call reads again, as CPython does
+
+
+def test_a_missing_archive_is_not_cached(tmp_path: Path, reads: list[str]) -> None:
+    path = tmp_path / "gone.zip"
+    _archive(path, {"m": ""})
+    importer = zipimport.zipimporter(str(path))
+    path.unlink()
+    restore = keep_unchanged_zip_directories()
+    try:
+        reads.clear()
+        importer.invalidate_caches()  # no stamp: read (and fail softly, as CPython does)
+        importer.invalidate_caches()
+        assert reads == [str(path), str(path)]
+    finally:
+        restore()
