@@ -78,3 +78,15 @@ def test_a_missing_archive_is_not_cached(tmp_path: Path, reads: list[str]) -> No
         assert reads == [str(path), str(path)]
     finally:
         restore()
+
+
+def test_the_daemon_does_not_load_deltalake() -> None:
+    """Workers are forked from the daemon: deltalake's runtime refuses to run in a process forked after
+    deltalake was imported (it starts a thread at import), so the daemon must never import it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.argv = ['daemon']; import ticdc_delta.spark.worker_daemon; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'deltalake'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]"

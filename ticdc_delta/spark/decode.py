@@ -65,6 +65,7 @@ NAMED_SCHEMA = spark_ddl(NAMED_ARROW_SCHEMA)
 groups by without reading the records again."""
 
 _MAX_LONG = (1 << 63) - 1
+_INPUT_COLUMNS = ("topic", "partition", "offset", "key", "value")  # what decoding reads of a Kafka batch
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,8 @@ def make_decode_fn(spec: DecoderSpec, *, names: Callable[[str], str] | None = No
         route = Router(keys) if keys is not None and names is not None else None
         try:
             for batch in batches:
-                cols = batch.to_pydict()
+                # only the columns decoding reads (not e.g. the Kafka timestamp: a datetime per message)
+                cols = {name: batch.column(name).to_pylist() for name in _INPUT_COLUMNS}
                 layouts: dict[int, Layout] = {}
                 out = decode_messages(
                     decoder, cols["topic"], cols["partition"], cols["offset"], cols["key"], cols["value"], names,

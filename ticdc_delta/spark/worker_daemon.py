@@ -3,7 +3,8 @@
 Spark starts ``python -m <spark.python.daemon.module>`` once per executor and forks a worker from it for
 every Python task (Kafka reads, decoding). Importing pyarrow, confluent-kafka and the codecs in each
 fresh worker costs about a second per task on a small machine; importing them here, in the parent, makes
-every forked worker start with them loaded. The daemon itself is pyspark's (``pyspark.daemon``), run
+every forked worker start with them loaded (a worker is forked again whenever Spark drops one, e.g. after
+a task that stopped reading early). The daemon itself is pyspark's (``pyspark.daemon``), run
 unchanged after the imports.
 
 Every Python task also starts with ``importlib.invalidate_caches()`` (pyspark's ``setup_spark_files``),
@@ -21,12 +22,20 @@ from typing import Any, Callable
 
 import confluent_kafka  # noqa: F401 - preloaded for the forked workers
 import orjson  # noqa: F401
+import pandas  # noqa: F401 - pyspark's Arrow UDF serializers import it in every new worker
 import pyarrow  # noqa: F401
+import pyspark.sql.pandas.serializers  # noqa: F401
 
+import ticdc_delta.codec.avro  # noqa: F401
 import ticdc_delta.codec.canal_json  # noqa: F401
 import ticdc_delta.codec.craft  # noqa: F401
 import ticdc_delta.codec.open_protocol  # noqa: F401
+import ticdc_delta.config  # noqa: F401 - pydantic, yaml: unpickling the engine's per-table job needs them
+import ticdc_delta.core.table_rules  # noqa: F401
 import ticdc_delta.spark.decode  # noqa: F401
+
+# Not deltalake (nor the modules that import it, e.g. ticdc_delta.spark.engine): it starts a thread at
+# import, and its runtime refuses to run in a process forked after that.
 
 __all__ = ["keep_unchanged_zip_directories"]
 
