@@ -57,3 +57,38 @@ def test_a_conflict_then_success_commits_once_and_other_errors_pass_through(tmp_
 
 def test_staging_lives_under_the_checkpoint(tmp_path: Path) -> None:
     assert staging_path(str(tmp_path / "ckpt")) == str(tmp_path / "ckpt" / "staging")
+
+
+def test_the_merge_source_conversion_picks_columns_by_name_whatever_the_image_layout() -> None:
+    """A MERGE source's rows come from final changes whose images list their columns in any order, or only
+    the key (a delete): each typed column takes the image's value of that name, null where it has none —
+    what the ``delta-rs`` applier's conversion gives."""
+    import pickle
+
+    import pyarrow as pa
+
+    from ticdc_delta.core.merge import DELETE, UPSERT
+    from ticdc_delta.delta.arrow_types import arrow_type_for, converter_for
+    from ticdc_delta.spark.engine import _typed_fn
+
+    long_, text, date_ = 8, 15, 10  # MySQL type codes: BIGINT, VARCHAR, DATE
+    fields = [("id", "id", long_, 10, None), ("note", "note", text, 0, None), ("day", "day", date_, 0, None)]
+    schema = pa.schema([pa.field(n, arrow_type_for(t, f, p)) for _, n, t, f, p in fields] + [pa.field("_op", pa.string())])
+    changes = [
+        (UPSERT, (("id", long_, 10, 1), ("note", text, 0, "a"), ("day", date_, 0, "2024-01-02")), 5, "insert"),
+        (UPSERT, (("day", date_, 0, "2024-02-03"), ("id", long_, 10, 2), ("note", text, 0, None)), 6, "update"),
+        (DELETE, (("id", long_, 10, 3),), 7, "delete"),
+        (UPSERT, (("id", long_, 10, 4), ("note", text, 0, "d"), ("day", date_, 0, "2024-01-02")), 8, "insert"),
+        (UPSERT, (("id", long_, 10, 5), ("extra", text, 0, "x"), ("note", text, 0, "e")), 9, "insert"),
+    ]
+    batch = pa.RecordBatch.from_pydict({"payload": [pickle.dumps(c) for c in changes]})
+    got = pa.Table.from_batches(list(_typed_fn(fields, None, True, "UTC", schema)(iter([batch])))).to_pylist()
+
+    def expected(change: tuple) -> dict:
+        image = {c[0]: c[3] for c in change[1]}
+        row = {n: None if image.get(n) is None else converter_for(t, f, p)(image[n]) for _, n, t, f, p in fields}
+        return {**row, "_op": "d" if change[0] == DELETE else "u"}
+
+    assert got == [expected(c) for c in changes]
+    assert got[2] == {"id": 3, "note": None, "day": None, "_op": "d"}
+    assert got[1]["day"].isoformat() == "2024-02-03"

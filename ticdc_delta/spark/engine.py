@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import pickle
 import threading
 import time
@@ -244,6 +245,22 @@ def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
     return apply
 
 
+def _picker(names: tuple[str, ...], wanted: list[str]) -> Callable[[tuple], tuple]:
+    """The values of ``wanted`` columns, in that order, out of an image's values listed as ``names`` (``None``
+    for a column the image lacks, e.g. a delete that carries only the key; the first of a repeated name, as
+    a dict of the image would keep the last — images never repeat a name)."""
+    at = {}
+    for i, name in enumerate(names):
+        at.setdefault(name, i)
+    positions = [at.get(name) for name in wanted]
+    if None not in positions:
+        getter = operator.itemgetter(*positions) if len(positions) != 1 else (lambda v, i=positions[0]: (v[i],))
+        return getter if positions else (lambda v: ())  # type: ignore[return-value]
+    padded = [len(names) if p is None else p for p in positions]  # the None appended to the values
+    getter = operator.itemgetter(*padded) if len(padded) != 1 else (lambda v, i=padded[0]: (v[i],))
+    return lambda values: getter(values + (None,))
+
+
 def _typed_fn(fields: list[tuple[str, str, int, int, Any]], meta: tuple[str, str] | None, upserts: bool,
               tz: str, arrow_schema: pa.Schema,
               on_read: Callable[[], None] | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -256,12 +273,21 @@ def _typed_fn(fields: list[tuple[str, str, int, int, Any]], meta: tuple[str, str
             on_read()
         converters = [(name, converter_for(t, f, params, tz), arrow_type_for(t, f, params))
                       for _, name, t, f, params in fields]
+        wanted = [name for name, _, _ in converters]
+        pickers: dict[tuple[str, ...], Callable[[tuple], tuple]] = {}  # an image's names -> its values, in order
         for b in batches:
             changes = [pickle.loads(p) for p in b.column("payload").to_pylist()]
-            images = [{c[0]: c[3] for c in ch[1]} for ch in changes]
+            rows = []
+            for ch in changes:
+                names, _, _, values = zip(*ch[1]) if ch[1] else ((), (), (), ())
+                pick = pickers.get(names)
+                if pick is None:
+                    pick = pickers[names] = _picker(names, wanted)
+                rows.append(pick(values))
+            columns = list(zip(*rows)) if rows else [() for _ in converters]
             arrays: list[pa.Array] = []
-            for name, conv, typ in converters:
-                arrays.append(pa.array([None if (v := img.get(name)) is None else conv(v) for img in images], type=typ))
+            for (name, conv, typ), values in zip(converters, columns):
+                arrays.append(pa.array([None if v is None else conv(v) for v in values], type=typ))
             if meta and upserts:
                 arrays.append(pa.array([ch[2] for ch in changes], type=pa.int64()))
                 arrays.append(pa.array([ch[3] for ch in changes], type=pa.string()))
