@@ -227,6 +227,12 @@ class BatchHandler:
             self._avro_params_key = None
             raise
 
+    def close(self) -> None:
+        """Wait for the engine's background work of the last batch (the ``spark`` engine's snapshot
+        warm-up); the job calls it once the query has stopped."""
+        if self._engine is not None:
+            self._engine.close()
+
     def _decoder_spec(self) -> DecoderSpec:
         schemas: dict[int, str] = {}
         if self._avro is not None:

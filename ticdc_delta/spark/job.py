@@ -191,6 +191,9 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
                 query.stop()
             except Exception:  # noqa: BLE001 - stopping a failed query may fail again; the cause is raised
                 log.debug("stopping the query failed", exc_info=True)
+            close = getattr(handler, "close", None)  # (a handler of the bench's baseline has none)
+            if close is not None:
+                close()
         if mirror is not None and query.lastProgress is not None:
             # the listener bus is asynchronous: the last batch's progress may not have reached it yet
             commit_progress(mirror, query.lastProgress)
