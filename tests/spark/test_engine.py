@@ -92,3 +92,14 @@ def test_the_merge_source_conversion_picks_columns_by_name_whatever_the_image_la
     assert got == [expected(c) for c in changes]
     assert got[2] == {"id": 3, "note": None, "day": None, "_op": "d"}
     assert got[1]["day"].isoformat() == "2024-02-03"
+
+
+def test_picker_takes_values_by_name_as_a_dict_of_the_image_would() -> None:
+    from ticdc_delta.spark.engine import _picker
+
+    assert _picker(("id",), ["id"])((5,)) == (5,)
+    assert _picker(("a", "b"), ["b", "a"])((1, 2)) == (2, 1)
+    assert _picker(("a", "b", "a"), ["a"])((1, 2, 3)) == (3,)  # a repeated name: its last value
+    assert _picker(("a",), ["a", "z"])((1,)) == (1, None)
+    assert _picker(("a",), ["z"])((1,)) == (None,)
+    assert _picker((), [])(()) == ()

@@ -246,18 +246,16 @@ def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
 
 
 def _picker(names: tuple[str, ...], wanted: list[str]) -> Callable[[tuple], tuple]:
-    """The values of ``wanted`` columns, in that order, out of an image's values listed as ``names`` (``None``
-    for a column the image lacks, e.g. a delete that carries only the key; the first of a repeated name, as
-    a dict of the image would keep the last — images never repeat a name)."""
-    at = {}
-    for i, name in enumerate(names):
-        at.setdefault(name, i)
-    positions = [at.get(name) for name in wanted]
-    if None not in positions:
-        getter = operator.itemgetter(*positions) if len(positions) != 1 else (lambda v, i=positions[0]: (v[i],))
-        return getter if positions else (lambda v: ())  # type: ignore[return-value]
-    padded = [len(names) if p is None else p for p in positions]  # the None appended to the values
-    getter = operator.itemgetter(*padded) if len(padded) != 1 else (lambda v, i=padded[0]: (v[i],))
+    """The values of the ``wanted`` columns, in that order, out of an image's values listed as ``names``:
+    ``None`` for a column the image lacks (a delete that carries only the key), the last value of a repeated
+    name (as a dict of the image keeps)."""
+    at = {name: i for i, name in enumerate(names)}
+    positions = [at.get(name, len(names)) for name in wanted]  # len(names): the None appended below
+    if not positions:
+        return lambda values: ()
+    getter = operator.itemgetter(*positions) if len(positions) > 1 else (lambda v, i=positions[0]: (v[i],))
+    if all(name in at for name in wanted):
+        return getter  # type: ignore[return-value]
     return lambda values: getter(values + (None,))
 
 
@@ -493,8 +491,12 @@ class SparkEngine:
         if not paths:
             return
         self._join_warming()
-        if self._warm_session is None:
-            self._warm_session = spark.newSession()
+        try:
+            if self._warm_session is None:
+                self._warm_session = spark.newSession()
+        except Exception as exc:  # noqa: BLE001 - the batch is committed: an optimization must not fail it
+            log.debug("no session to warm snapshots in: %s", str(exc).splitlines()[0][:200])
+            return
         session = self._warm_session
 
         def warm() -> None:
