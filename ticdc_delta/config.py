@@ -858,9 +858,10 @@ class JobConfig(_Model):
 
     def _configured_locations(self) -> list[tuple[str, str]]:
         """Locations the configuration names for something other than a default table location."""
-        # the checkpoint directory holds the job state and Spark's checkpoint (nothing else is the job's)
-        out = [("dead_letter.path", self.dead_letter_path), ("checkpoint", child_location(self.checkpoint, "state")),
-               ("checkpoint", child_location(self.checkpoint, "spark"))]
+        # the checkpoint directory holds the job state, its DDL journal, the spark engine's staging table and
+        # Spark's checkpoint (nothing else is the job's)
+        out = [("dead_letter.path", self.dead_letter_path)]
+        out += [("checkpoint", child_location(self.checkpoint, leaf)) for leaf in ("state", "ddl_journal", "staging", "spark")]
         out += [(f"tables[{i}].path", m.path) for i, m in enumerate(self.tables) if m.path]
         return out
 

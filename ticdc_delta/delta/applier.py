@@ -11,7 +11,7 @@ What the applier knows of each table (:class:`TableCatalog`) — column type par
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pyarrow as pa
@@ -20,6 +20,7 @@ from ..core.batch_planner import RowsStep
 from ..core.merge import DELETE, TableChanges
 from ..core.records import DDLRecord
 from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, converter_for, widens
+from .ddl_journal import DDLJournal, JournalEntry
 from .sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, TableSink, Txn, batch_txn
 from ..errors import SinkError
 
@@ -79,6 +80,10 @@ class TableCatalog:
         if cols is not None:
             self._params[self._key(*new)] = cols
 
+    def restore(self, data: Mapping[str, Any]) -> None:
+        """Replace everything known with ``data`` (:meth:`to_json`'s form, names already folded)."""
+        self._params = TableCatalog(data)._params
+
     def to_json(self) -> dict[str, Any]:
         return {
             table: {
@@ -124,6 +129,8 @@ class DeltaApplier:
             :mod:`ticdc_delta.delta.ddl_replay`).
         case_sensitive: the job's ``case_sensitive`` setting; the DDL handler folds the names in DDL text
             by it, as the planner folds the names of records.
+        journal: where the batch's progress is written before each table-level DDL, and read back by a
+            re-run of the batch (:mod:`~ticdc_delta.delta.ddl_journal`); ``None``: no journal.
     """
 
     def __init__(
@@ -137,6 +144,7 @@ class DeltaApplier:
         source_timezone: str = "UTC",
         ddl_handler: Callable[[DDLRecord, "DeltaApplier", int], bool] | None = None,
         case_sensitive: bool = False,
+        journal: DDLJournal | None = None,
     ) -> None:
         self.sink = sink
         self.app_id = app_id
@@ -146,6 +154,7 @@ class DeltaApplier:
         self.tz = source_timezone
         self._ddl_handler = ddl_handler
         self.case_sensitive = case_sensitive
+        self.journal = journal
         self._steps: dict[TableIdent, int] = {}
 
     # --- transactions --------------------------------------------------------------------------------
@@ -173,6 +182,48 @@ class DeltaApplier:
     def options(self, schema: str, table: str) -> TableOptions:
         return self._options(schema, table)
 
+    # --- resuming a batch (the DDL journal) -----------------------------------------------------------
+
+    def resume(self, batch_id: int, ddls: Sequence[DDLRecord]) -> tuple[int, ApplyResult] | None:
+        """Where a re-run of ``batch_id`` starts, given the batch's DDL in apply order: the ordinal of the
+        DDL before which its first attempt journaled its progress, and the counts until then; the step
+        counters and the catalog are taken from the journal. ``None``: from the start.
+
+        Raises:
+            SinkError: the journal cannot be read, or names a DDL this run of the batch does not have
+                there (the batch reads differently than its first attempt did).
+        """
+        if self.journal is None or not ddls:
+            return None
+        entry = self.journal.load(self.app_id, batch_id)
+        if entry is None:
+            return None
+        at = entry.ddl_ordinal
+        if not 0 <= at < len(ddls) or [ddls[at].commit_ts, ddls[at].query] != entry.ddl:
+            raise SinkError(
+                f"batch {batch_id}: the DDL journal {self.journal.path} says the first attempt reached DDL "
+                f"#{at} {entry.ddl!r}, but this run of the batch has {len(ddls)} DDL"
+                + (f" (#{at}: {[ddls[at].commit_ts, ddls[at].query]!r})" if 0 <= at < len(ddls) else "")
+            )
+        self._steps = {TableIdent(*ident): n for ident, n in entry.steps.items()}
+        self.catalog.restore(entry.catalog)
+        log.info("batch %d: resuming at its DDL #%d (commit ts %s): the first attempt committed everything "
+                 "before it", batch_id, at, ddls[at].commit_ts)
+        return at, ApplyResult(**entry.result)
+
+    def journal_before(self, ddl: DDLRecord, ordinal: int, batch_id: int, result: ApplyResult) -> None:
+        """Journal the batch's progress before its DDL number ``ordinal`` runs, when that DDL can change
+        which table a name refers to (the DDL handler's ``journaled``; every DDL without one)."""
+        if self.journal is None:
+            return
+        journaled = getattr(self._ddl_handler, "journaled", None)
+        if journaled is not None and not journaled(ddl):
+            return
+        self.journal.save(JournalEntry(
+            self.app_id, batch_id, ordinal, [ddl.commit_ts, ddl.query],
+            {(i.schema, i.table): n for i, n in self._steps.items()}, self.catalog.to_json(), asdict(result),
+        ))
+
     # --- the batch -----------------------------------------------------------------------------------
 
     def apply(self, steps: Sequence[RowsStep | DDLRecord], batch_id: int) -> ApplyResult:
@@ -183,14 +234,27 @@ class DeltaApplier:
         """
         self._steps = {}
         result = ApplyResult()
+        # a re-run of a batch that got past a table-level DDL resumes before it (see .ddl_journal)
+        resume = self.resume(batch_id, [s for s in steps if isinstance(s, DDLRecord)])
+        skip = -1
+        if resume is not None:
+            skip, result = resume
+        ordinal = -1  # the DDL steps seen so far, less one
         for step in steps:
             if isinstance(step, DDLRecord):
+                ordinal += 1
+                if ordinal < skip:
+                    continue
+                if ordinal != skip:
+                    self.journal_before(step, ordinal, batch_id, result)
                 changed = self._ddl_handler(step, self, batch_id) if self._ddl_handler else False
                 if changed:
                     result.ddl_applied += 1
                 else:
                     result.ddl_ignored += 1
                 continue
+            if ordinal + 1 <= skip:
+                continue  # rows before the DDL the batch resumes at: committed by the first attempt
             for (schema, table), changes in step.tables.items():
                 opts = self.options(schema, table)
                 if not opts.enabled:

@@ -72,6 +72,9 @@ __all__ = ["DDLReplayer", "column_params", "default_value", "ddl_tables"]
 log = logging.getLogger(__name__)
 
 
+_NAME_CHANGES = (d.CreateTable, d.DropTable, d.RenameTable, d.DropDatabase)
+
+
 def ddl_tables(rec: DDLRecord, *, case_sensitive: bool = False) -> frozenset[tuple[str, str]] | None:
     """The (schema, table) names, folded unless ``case_sensitive``, that replaying ``rec`` can change or
     read (RENAME TABLE both names, CREATE TABLE ... LIKE its source), or ``None`` when it may touch any
@@ -203,6 +206,16 @@ class DDLReplayer:
 
     def policy(self, cls: str) -> str:
         return str(getattr(self.policies, cls, "evolve"))
+
+    def journaled(self, rec: DDLRecord) -> bool:
+        """Whether replaying ``rec`` can change which Delta table a name refers to — CREATE / DROP / RENAME
+        TABLE, DROP DATABASE, or a statement that does not parse — so the applier journals the batch's
+        progress before it (:mod:`~ticdc_delta.delta.ddl_journal`)."""
+        try:
+            changes = d.parse_ddl(rec.query, default_schema=rec.schema, ddl_type=rec.ddl_type)
+        except Exception:  # noqa: BLE001 - the replay reports it; here it only means "could be anything"
+            return True
+        return any(isinstance(c, _NAME_CHANGES) for c in changes)
 
     def __call__(self, rec: DDLRecord, applier: "DeltaApplier", batch_id: int) -> bool:
         changes = d.parse_ddl(rec.query, default_schema=rec.schema, ddl_type=rec.ddl_type)

@@ -35,6 +35,7 @@ from ..core.records import ChangeRecord, dump_record, load_record
 from ..codec.json_output import value_to_json
 from ..delta.value_check import Rejection, ValueScreen, describe_rejections, value_bytes
 from ..delta.applier import ApplyResult, DeltaApplier, TableCatalog, TableOptions
+from ..delta.ddl_journal import DDLJournal
 from ..delta.sink import DeltaRsSink, TableIdent, batch_txn
 from ..delta.state_store import RESET_BATCH_ID, PipelineState, StateStore
 from ..locations import child_location
@@ -136,6 +137,7 @@ class BatchHandler:
         self.store = StateStore(
             _join(cfg.checkpoint, "state"), cfg.changefeed, storage_options=cfg.sink.storage_options or None
         )
+        self.journal = DDLJournal(_join(cfg.checkpoint, "ddl_journal"), storage_options=cfg.sink.storage_options or None)
         self._avro = avro_schema_source
         self._avro_registry = bool(getattr(avro_schema_source, "_client", None))
         self._avro_params_key: tuple[int, ...] | None = None
@@ -375,6 +377,7 @@ class BatchHandler:
             source_timezone=self.cfg.sink.source_timezone,
             ddl_handler=self._ddl_handler,
             case_sensitive=self.cfg.case_sensitive,
+            journal=self.journal,
         )
         t_apply = time.monotonic()
         timings["plan"] = t_apply - t_plan

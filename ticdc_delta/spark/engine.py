@@ -916,14 +916,22 @@ class SparkEngine:
             metadata_columns=((self.cfg.sink.metadata_columns.commit_ts, self.cfg.sink.metadata_columns.op)
                               if self.cfg.sink.metadata_columns else None),
             source_timezone=self.cfg.sink.source_timezone, ddl_handler=h._ddl_handler,
-            case_sensitive=self.cfg.case_sensitive,
+            case_sensitive=self.cfg.case_sensitive, journal=h.journal,
         )
         applier._steps = {}
         result = ApplyResult()
+        # a re-run of a batch that got past a table-level DDL resumes before it (see delta.ddl_journal)
+        resume = applier.resume(batch_id, ddl_steps)
+        skip = -1
+        if resume is not None:
+            skip, result = resume
         merged = [False]
         for seg in range(len(ddl_steps) + 1):
+            if seg < skip:
+                continue  # this segment's rows and its DDL were committed by the first attempt
             tasks = []
-            for schema, table, meta in sorted(metas.get(seg, []), key=lambda m: (m[0], m[1])):
+            # the rows before the DDL the batch resumes at were committed by the first attempt
+            for schema, table, meta in sorted(metas.get(seg, []) if seg > skip else [], key=lambda m: (m[0], m[1])):
                 task = self._prepare(applier, schema, table, meta, seg, batch_id)
                 if task is not None:
                     tasks.append(task)
@@ -936,6 +944,8 @@ class SparkEngine:
                 self._merge_all(spark, view, tasks, merged, batch_id)
             if seg < len(ddl_steps):
                 step = ddl_steps[seg]
+                if seg != skip:
+                    applier.journal_before(step, seg, batch_id, result)
                 changed = h._ddl_handler(step, applier, batch_id) if h._ddl_handler else False
                 if changed:
                     result.ddl_applied += 1
