@@ -125,3 +125,74 @@ def test_claim_check_on_s3_lands_exactly(s3_server: dict[str, str], broker: Any,
     assert sum(d.actual_rows for d in diffs) > 0
     (dead,) = read_table(cfg.dead_letter_path).to_pylist()
     assert "test-t1-1-not-stored.json" in dead["error"] and "is not in" in dead["error"]
+
+
+@pytest.fixture
+def s3_process() -> Iterator[str]:
+    """moto's S3 in a process of its own on a free 127.0.0.1 port (any credentials); yields the endpoint.
+    Some delta-rs calls (its storage handler's listing and deletes) hold the GIL while they wait for the
+    server, so a server thread in this process would never answer them."""
+    import socket
+    import time
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=2) as answer:
+                    answer.read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("moto's S3 server did not start") from None
+                time.sleep(0.2)
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/{BUCKET}", method="PUT")
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            answer.read()
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_rename_table_on_s3_finishes_a_move_stopped_between_copy_and_drop(
+        s3_process: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RENAME TABLE on an object store copies the table, then drops the old one. A job that stops between
+    the two finds both tables on its restart: the copy's own commit says it is a complete copy of the old
+    location, so the move finishes (the old table dropped, the rows once under the new name); a table that
+    was already at the new name without that mark is still refused."""
+    import pyarrow as pa
+
+    from ticdc_delta.delta.sink import DeltaRsSink, TableIdent, Txn
+    from ticdc_delta.errors import SinkError
+
+    storage = {"AWS_ENDPOINT_URL": f"http://{s3_process}", "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "k",
+               "AWS_SECRET_ACCESS_KEY": "s", "AWS_ALLOW_HTTP": "true", "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+    sink = DeltaRsSink(f"s3://{BUCKET}/lake", storage_options=storage)
+    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "v": ["a", "b", "c"]})
+    a, b, c = TableIdent("db", "a"), TableIdent("db", "b"), TableIdent("db", "c")
+    for ident in (a, c):
+        sink.ensure_table(ident, rows.schema, [], Txn("it", 0))
+        sink.merge(ident, rows.append_column("_op", pa.array(["u"] * 3)), ["id"], Txn("it", 1))
+
+    real_drop = DeltaRsSink.drop
+    monkeypatch.setattr(DeltaRsSink, "drop", lambda self, ident: (_ for _ in ()).throw(OSError("stopped")))
+    with pytest.raises(OSError, match="stopped"):
+        sink.move(a, b)
+    monkeypatch.setattr(DeltaRsSink, "drop", real_drop)
+    assert sink.table_schema(a) is not None and sink.table_schema(b) is not None  # stopped half-way
+
+    assert sink.move(a, b) is True  # the restart finishes it
+    assert sink.table_schema(a) is None
+    assert sorted(sink.read(b).select(["id", "v"]).to_pylist(), key=lambda r: r["id"]) == rows.to_pylist()
+    assert sink.move(a, b) is False  # done: nothing more
+
+    sink.ensure_table(a, rows.schema, [], Txn("it", 0))
+    with pytest.raises(SinkError, match="already there"):
+        sink.move(a, c)  # c is a table of its own, not a copy of a
+    assert sink.read(c).num_rows == 3

@@ -414,6 +414,12 @@ def commit_properties(app_id: str, version: int) -> CommitProperties:
     )
 
 
+def moved_from(location: str) -> str:
+    """The app id of the transaction a table copied from ``location`` (RENAME TABLE on an object store)
+    records in the copy's first commit."""
+    return f"ticdc-delta/moved-from/{location}"
+
+
 def already_applied(dt: DeltaTable, txn: Txn) -> bool:
     """Whether ``dt`` has committed ``txn.app_id`` at ``txn.version`` or later."""
     committed = dt.transaction_version(txn.app_id)
@@ -936,7 +942,9 @@ class DeltaRsSink:
 
         Local tables are renamed as directories (Delta logs hold relative file paths); object-store
         tables are copied, then the old one dropped. Moving onto a location that already holds a table
-        is refused; a move already done (old gone, new there) does nothing.
+        is refused; a move already done (old gone, new there) does nothing. The copy's commit records the
+        app transaction :func:`moved_from` of the old location, so a move that stopped between the copy and
+        the drop (both there) is told from a taken location, and finishes by dropping the old table.
 
         Raises:
             SinkError: the new location is taken, or the files cannot be moved.
@@ -944,12 +952,17 @@ class DeltaRsSink:
         src, dst = self._removable(old), self._removable(new)
         if src == dst:
             return False
-        src_exists = DeltaTable.is_deltatable(src, storage_options=self._storage_options)
-        dst_exists = DeltaTable.is_deltatable(dst, storage_options=self._storage_options)
+        # (not DeltaTable.is_deltatable: delta-rs 1.6.6 holds the GIL while it waits for the store)
+        src_exists, dst_exists = self._load(src) is not None, self._load(dst) is not None
         if not src_exists:
             return False
         if dst_exists:
-            raise SinkError(f"cannot move {src} to {dst}: a Delta table is already there")
+            copied = self._require(dst).transaction_version(moved_from(src)) is not None
+            if not copied:
+                raise SinkError(f"cannot move {src} to {dst}: a Delta table is already there")
+            log.info("finishing the move of %s to %s: the copy is complete, dropping the old table", src, dst)
+            self.drop(old)
+            return True
         local_src, local_dst = _local_path(src), _local_path(dst)
         try:
             if local_src is not None and local_dst is not None:
@@ -965,6 +978,7 @@ class DeltaRsSink:
                 mode="overwrite",
                 partition_by=list(dt.metadata().partition_columns) or None,
                 storage_options=self._storage_options,
+                commit_properties=commit_properties(moved_from(src), 0),
             )
         except (DeltaError, OSError, pa.ArrowException) as exc:
             raise SinkError(f"cannot move Delta table {src} to {dst}: {exc}") from exc
@@ -1002,7 +1016,7 @@ class DeltaRsSink:
         """
         path = self._removable(ident)
         try:
-            existed = DeltaTable.is_deltatable(path, storage_options=self._storage_options)
+            existed = self._load(path) is not None
             local = _local_path(path)
             if local is not None:
                 if os.path.isdir(local):
