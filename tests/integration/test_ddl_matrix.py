@@ -993,13 +993,16 @@ def test_drop_column_fail_stops_the_job(broker: Any, spark: Any, tmp_path: Path,
 # ------------------------------------------------------------------------------------------ a crash
 
 
-@pytest.mark.parametrize("stage", ["before_state"])
+@pytest.mark.parametrize("stage", ["before_state", "before_journal_entry_9", "after_journal_entry_9"])
 def test_ddl_matrix_across_a_crash_after_the_delta_commits(stage: str, broker: Any, spark: Any, tmp_path: Path,
                                                           job_logs: _Collect, monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
-    """The whole matrix in one micro-batch whose every Delta commit is made, then the job dies before its
-    state: the re-run of the batch finds its tables created, moved, dropped and altered, and must end in
-    the same tables (no stale table under a name renamed away, no move refused, nothing twice)."""
+    """The whole matrix in one micro-batch, and the job dies after some of its Delta commits: after all of
+    them (before the state), or around the 9th table-level DDL (just before or just after its journal
+    entry is written, the DDL not run). The re-run of the batch finds tables created, moved, dropped and
+    altered, and must end in the same tables (no stale table under a name renamed away, no move refused,
+    nothing twice)."""
+    from ticdc_delta.delta.ddl_journal import DDLJournal
     from ticdc_delta.spark.batch_handler import FAULT_ENV, InjectedFault, _ConfiguredSink
     from ticdc_delta.spark.job import run_job
 
@@ -1008,10 +1011,24 @@ def test_ddl_matrix_across_a_crash_after_the_delta_commits(stage: str, broker: A
     sc = built.scenario
     _produce(broker, topic, sc.partitions, sc.messages())
     cfg = _config(tmp_path, broker, topic, sc.protocol, sc.options, limit=None)
-    monkeypatch.setenv(FAULT_ENV, f"{stage}@0")
+    if stage == "before_state":
+        monkeypatch.setenv(FAULT_ENV, f"{stage}@0")
+    else:  # the journal's real save, with the fault on one side of it
+        saves, real_save = [], DDLJournal.save
+
+        def save(journal: DDLJournal, entry: Any) -> None:
+            saves.append(entry.ddl_ordinal)
+            if len(saves) == 9 and stage.startswith("before"):
+                raise InjectedFault(f"injected fault at {stage} of batch 0")
+            real_save(journal, entry)
+            if len(saves) == 9:
+                raise InjectedFault(f"injected fault at {stage} of batch 0")
+
+        monkeypatch.setattr(DDLJournal, "save", save)
     with pytest.raises(InjectedFault, match=f"injected fault at {stage} of batch 0"):
         run_job(cfg, once=True, spark=spark)
-    monkeypatch.delenv(FAULT_ENV)
+    monkeypatch.delenv(FAULT_ENV, raising=False)
+    monkeypatch.undo()
     first = len(job_logs.records)
     error: BaseException | None = None
     try:
