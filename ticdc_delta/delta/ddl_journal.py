@@ -65,14 +65,15 @@ class JournalEntry:
     result: dict[str, Any] = field(default_factory=dict)
 
     def payload(self) -> str:
-        return json.dumps({"ddl": self.ddl, "steps": [[s, t, n] for (s, t), n in self.steps.items()], "catalog": self.catalog,
-                           "result": self.result}, sort_keys=True)
+        steps = [[s, t, n] for (s, t), n in self.steps.items()]
+        return json.dumps({"ddl": self.ddl, "steps": steps, "catalog": self.catalog, "result": self.result},
+                          sort_keys=True)
 
     @classmethod
     def from_payload(cls, app_id: str, batch_id: int, ordinal: int, payload: str) -> "JournalEntry":
         data = json.loads(payload)
-        return cls(app_id, batch_id, ordinal, list(data["ddl"]), {(s, t): int(n) for s, t, n in data["steps"]}, dict(data["catalog"]),
-                   dict(data["result"]))
+        steps = {(s, t): int(n) for s, t, n in data["steps"]}
+        return cls(app_id, batch_id, ordinal, list(data["ddl"]), steps, dict(data["catalog"]), dict(data["result"]))
 
 
 class DDLJournal:
@@ -82,11 +83,13 @@ class DDLJournal:
         SinkError: the table cannot be read or written, or holds something this version cannot read.
     """
 
-    def __init__(self, path: str, *, storage_options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, path: str, *, storage_options: Mapping[str, str] | None = None, vacuum_every: int = 64) -> None:
         if not path:
             raise ValueError("path must be a non-empty path or URI")
         self.path = path
         self._storage_options = dict(storage_options) if storage_options else None
+        self._vacuum_every = vacuum_every
+        self._saves = 0
 
     def _table(self) -> DeltaTable | None:
         try:
@@ -130,3 +133,12 @@ class DDLJournal:
             run_commit("write the DDL journal", self.path, attempt)
         except (DeltaError, OSError) as exc:
             raise SinkError(f"cannot write the DDL journal {self.path}: {exc}") from exc
+        self._saves += 1
+        if self._vacuum_every and self._saves % self._vacuum_every == 0:
+            # only the latest version is ever read: the files of replaced rows go
+            try:
+                dt = self._table()
+                if dt is not None:
+                    dt.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False)
+            except (DeltaError, OSError) as exc:
+                log.warning("vacuum of the DDL journal %s failed (the entry is written): %s", self.path, exc)
