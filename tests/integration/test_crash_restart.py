@@ -49,6 +49,28 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=60)
 
 
+def _committed(ckpt: Path) -> int:
+    """Micro-batches in the Spark checkpoint's commit log."""
+    commits = ckpt / "spark" / "commits"
+    return sum(1 for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else 0
+
+
+def _wait_for_a_random_moment(proc: subprocess.Popen[bytes], rnd: random.Random, ckpt: Path) -> None:
+    """Until a random moment of the run, or its end: a third of the time 2–10 s after the start (the JVM
+    starting, the first batch), else within 3 s after the run's first committed batch (in the middle of
+    the next one). A wall-clock moment alone missed a whole run on a fast machine."""
+    started = time.monotonic()
+    if rnd.random() < 1 / 3:
+        until = started + rnd.uniform(2.0, 10.0)
+    else:
+        before = _committed(ckpt)
+        while proc.poll() is None and _committed(ckpt) <= before and time.monotonic() < started + 300:
+            time.sleep(0.05)
+        until = time.monotonic() + rnd.uniform(0.0, 3.0)
+    while time.monotonic() < until and proc.poll() is None:
+        time.sleep(0.05)
+
+
 def test_sigkill_at_random_moments_then_restart(broker: Any, tmp_path: Path, unique_name: Any) -> None:
     rnd = random.Random(int(os.environ.get("TICDC_DELTA_SOAK_SEED", "20261122")))
     topic = unique_name("crash")
@@ -71,9 +93,7 @@ def test_sigkill_at_random_moments_then_restart(broker: Any, tmp_path: Path, uni
     for _attempt in range(kills_wanted + 6):
         proc = _start(cfg_path, log)
         if kills < kills_wanted:
-            deadline = time.monotonic() + rnd.uniform(6.0, 20.0)
-            while time.monotonic() < deadline and proc.poll() is None:
-                time.sleep(0.2)
+            _wait_for_a_random_moment(proc, rnd, tmp_path / "ckpt")
             if proc.poll() is None:
                 _kill_group(proc)
                 kills += 1
