@@ -861,7 +861,8 @@ class JobConfig(_Model):
         # the checkpoint directory holds the job state, its DDL journal, the spark engine's staging table and
         # Spark's checkpoint (nothing else is the job's)
         out = [("dead_letter.path", self.dead_letter_path)]
-        out += [("checkpoint", child_location(self.checkpoint, leaf)) for leaf in ("state", "ddl_journal", "staging", "spark")]
+        out += [("checkpoint", child_location(self.checkpoint, leaf))
+                for leaf in ("state", "ddl_journal", "staging", "spark")]
         out += [(f"tables[{i}].path", m.path) for i, m in enumerate(self.tables) if m.path]
         return out
 

@@ -132,12 +132,11 @@ def s3_process() -> Iterator[str]:
     """moto's S3 in a process of its own on a free 127.0.0.1 port (any credentials); yields the endpoint.
     Some delta-rs calls (its storage handler's listing and deletes) hold the GIL while they wait for the
     server, so a server thread in this process would never answer them."""
-    import socket
     import time
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    from ticdc_delta.local_broker import free_port
+
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -683,13 +683,18 @@ def _config(tmp: Path, broker: Any, topic: str, protocol: str, options: dict[str
 
 def _run(built: Built, broker: Any, spark: Any, tmp: Path, logs: _Collect, *, limit: int | None,
          ddl: dict[str, str] | None = None) -> Run:
-    from ticdc_delta.spark.batch_handler import _ConfiguredSink
-    from ticdc_delta.spark.job import run_job
-
     sc = built.scenario
     topic = sc.topic or "ddl-matrix"
     _produce(broker, topic, sc.partitions, sc.messages())
     cfg = _config(tmp, broker, topic, sc.protocol, sc.options, limit=limit, ddl=ddl)
+    return _run_job(built, cfg, spark, logs, limit=limit)
+
+
+def _run_job(built: Built, cfg: Any, spark: Any, logs: _Collect, *, limit: int | None) -> Run:
+    """One ``run --once`` of the job over the produced scenario; an exception is kept for the checks."""
+    from ticdc_delta.spark.batch_handler import _ConfiguredSink
+    from ticdc_delta.spark.job import run_job
+
     first = len(logs.records)
     batches: int | None = None
     error: BaseException | None = None
@@ -763,6 +768,17 @@ def _check_case(run: Run, case: Case) -> None:
         case.check(run, case.schema)
 
 
+def _check_cases(run: Run, cases: list[Case]) -> None:
+    """Every case checked; one assertion naming each case that failed."""
+    failures = []
+    for case in cases:
+        try:
+            _check_case(run, case)
+        except AssertionError as exc:
+            failures.append(f"[{case.name}] {exc}")
+    assert not failures, "\n".join(failures)
+
+
 # ------------------------------------------------------------------------------------------ the matrix
 
 
@@ -818,13 +834,7 @@ def test_protocol_ddl_cases(protocol: str, options: dict[str, str], broker: Any,
     built = _build(cases, protocol, options, topic)
     limit = _separating_limit(built, per_partition=protocol == "canal-json")
     run = _run(built, broker, spark, tmp_path, job_logs, limit=limit)
-    failures = []
-    for case in cases:
-        try:
-            _check_case(run, case)
-        except AssertionError as exc:
-            failures.append(f"[{case.name}] {exc}")
-    assert not failures, "\n".join(failures)
+    _check_cases(run, cases)
 
 
 def test_avro_schema_evolution(broker: Any, spark: Any, tmp_path: Path, job_logs: _Collect) -> None:
@@ -1003,7 +1013,7 @@ def test_ddl_matrix_across_a_crash_after_the_delta_commits(stage: str, broker: A
     altered, and must end in the same tables (no stale table under a name renamed away, no move refused,
     nothing twice)."""
     from ticdc_delta.delta.ddl_journal import DDLJournal
-    from ticdc_delta.spark.batch_handler import FAULT_ENV, InjectedFault, _ConfiguredSink
+    from ticdc_delta.spark.batch_handler import FAULT_ENV, InjectedFault
     from ticdc_delta.spark.job import run_job
 
     topic = f"ddl-crash-{uuid.uuid4().hex[:8]}"
@@ -1029,17 +1039,6 @@ def test_ddl_matrix_across_a_crash_after_the_delta_commits(stage: str, broker: A
         run_job(cfg, once=True, spark=spark)
     monkeypatch.delenv(FAULT_ENV, raising=False)
     monkeypatch.undo()
-    first = len(job_logs.records)
-    error: BaseException | None = None
-    try:
-        assert run_job(cfg, once=True, spark=spark) == 1
-    except Exception as exc:  # noqa: BLE001 - reported below with the cases
-        error = exc
-    run = Run(built, cfg, _ConfiguredSink(cfg), 1, error, job_logs.records[first:], None)
-    failures = []
-    for case in MATRIX:
-        try:
-            _check_case(run, case)
-        except AssertionError as exc:
-            failures.append(f"[{case.name}] {exc}")
-    assert not failures, "\n".join(failures)
+    run = _run_job(built, cfg, spark, job_logs, limit=None)
+    _check_cases(run, MATRIX)
+    assert run.batches == 1, f"the restart re-ran {run.batches} micro-batches, not the one"

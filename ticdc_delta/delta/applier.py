@@ -253,7 +253,7 @@ class DeltaApplier:
                 else:
                     result.ddl_ignored += 1
                 continue
-            if ordinal + 1 <= skip:
+            if ordinal < skip:
                 continue  # rows before the DDL the batch resumes at: committed by the first attempt
             for (schema, table), changes in step.tables.items():
                 opts = self.options(schema, table)

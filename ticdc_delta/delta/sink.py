@@ -953,12 +953,11 @@ class DeltaRsSink:
         if src == dst:
             return False
         # (not DeltaTable.is_deltatable: delta-rs 1.6.6 holds the GIL while it waits for the store)
-        src_exists, dst_exists = self._load(src) is not None, self._load(dst) is not None
-        if not src_exists:
+        if self._load(src) is None:
             return False
-        if dst_exists:
-            copied = self._require(dst).transaction_version(moved_from(src)) is not None
-            if not copied:
+        there = self._load(dst)
+        if there is not None:
+            if there.transaction_version(moved_from(src)) is None:
                 raise SinkError(f"cannot move {src} to {dst}: a Delta table is already there")
             log.info("finishing the move of %s to %s: the copy is complete, dropping the old table", src, dst)
             self.drop(old)

@@ -137,7 +137,9 @@ class BatchHandler:
         self.store = StateStore(
             _join(cfg.checkpoint, "state"), cfg.changefeed, storage_options=cfg.sink.storage_options or None
         )
-        self.journal = DDLJournal(_join(cfg.checkpoint, "ddl_journal"), storage_options=cfg.sink.storage_options or None)
+        self.journal = DDLJournal(
+            _join(cfg.checkpoint, "ddl_journal"), storage_options=cfg.sink.storage_options or None
+        )
         self._avro = avro_schema_source
         self._avro_registry = bool(getattr(avro_schema_source, "_client", None))
         self._avro_params_key: tuple[int, ...] | None = None

@@ -931,7 +931,8 @@ class SparkEngine:
                 continue  # this segment's rows and its DDL were committed by the first attempt
             tasks = []
             # the rows before the DDL the batch resumes at were committed by the first attempt
-            for schema, table, meta in sorted(metas.get(seg, []) if seg > skip else [], key=lambda m: (m[0], m[1])):
+            rows = metas.get(seg, []) if seg > skip else []
+            for schema, table, meta in sorted(rows, key=lambda m: (m[0], m[1])):
                 task = self._prepare(applier, schema, table, meta, seg, batch_id)
                 if task is not None:
                     tasks.append(task)
