@@ -7,6 +7,7 @@ file. Type widening (opt-in) does the same for a wider DECIMAL. delta-rs still r
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -15,15 +16,16 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 from ticdc_delta.config import config_from_mapping
 from ticdc_delta.core.records import DDLRecord
 from ticdc_delta.delta.applier import DeltaApplier, TableOptions
 from ticdc_delta.delta.arrow_types import TypeParams
 from ticdc_delta.delta.ddl_replay import DDLReplayer
-from ticdc_delta.delta.sink import DeltaRsSink, TableIdent, Txn
+from ticdc_delta.delta.sink import DeltaRsSink, TableIdent, Txn, moved_from
 from ticdc_delta.errors import ConfigError, SinkError
-from ticdc_delta.spark.delta_sink import SparkDeltaSink, delta_widens_in_place
+from ticdc_delta.spark.delta_sink import TYPE_WIDENING_PROPERTY, SparkDeltaSink, delta_widens_in_place
 
 integration = pytest.mark.integration
 
@@ -188,6 +190,60 @@ def test_a_type_grown_without_ddl_is_widened_in_place_with_type_widening(spark: 
     commits = len(_commits(sink))
     DeltaApplier(sink, "cf", catalog=applier.catalog).prepare_table(T, col_types, True, TableOptions(), 3)
     assert len(_commits(sink)) == commits  # the batch again: nothing to do
+
+
+@integration
+def test_the_spark_copy_of_a_table_keeps_its_features_and_marks_the_move(spark: Any, tmp_path: Path) -> None:
+    """RENAME TABLE on an object store copies the table: with Spark, a type-widened column-mapping table
+    (which delta-rs cannot scan, so cannot copy) arrives whole, with its properties, in one commit that
+    records the move's app transaction; stray files of a copy that died before its commit do not matter."""
+    sink = _table(spark, tmp_path, type_widening=True)
+    assert sink.change_column_type(T, "d", pa.decimal128(12, 4), Txn("cf", 1))
+    assert sink.rename_column(T, "a", "b", Txn("cf", 2))
+    src = sink.table_path(*T)
+    spark.sql(f"INSERT INTO delta.`{src}` VALUES (3, 'z', 'v3', 12345678.1234)")
+    dst = str(tmp_path / "copy")
+    os.makedirs(os.path.join(dst, "stray"))
+    Path(dst, "stray", "part-00000-dead.parquet").write_bytes(b"not parquet")
+
+    sink.copy_table(src, dst, moved_from(src))
+
+    copied = DeltaTable(dst)
+    assert copied.version() == 0  # one commit
+    assert copied.transaction_version(moved_from(src)) == 0
+    config = copied.metadata().configuration
+    assert config["delta.columnMapping.mode"] == "name"
+    assert config[TYPE_WIDENING_PROPERTY] == "true"
+    assert spark.read.format("delta").load(dst).schema == spark.read.format("delta").load(src).schema
+    assert _rows_by_spark(spark, dst) == _rows_by_spark(spark, src)
+    assert [r["d"] for r in _rows_by_spark(spark, dst)] == [Decimal("1.5000"), Decimal("-3.2500"),
+                                                            Decimal("12345678.1234")]
+    # the copy keeps column mapping: a later DROP COLUMN rewrites no file
+    spark.sql(f"ALTER TABLE delta.`{dst}` DROP COLUMN v")
+    assert _files_touched(_last_commit_at(dst)) == 0
+
+
+@integration
+def test_the_spark_copy_keeps_partition_columns_and_fails_clearly(spark: Any, tmp_path: Path) -> None:
+    sink = SparkDeltaSink(DeltaRsSink(str(tmp_path / "lake")), spark)
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    spark.sql(f"CREATE TABLE delta.`{src}` (id BIGINT, p STRING) USING delta PARTITIONED BY (p)")
+    spark.sql(f"INSERT INTO delta.`{src}` VALUES (1, 'x'), (2, 'y'), (3, 'x')")
+    sink.copy_table(src, dst, "app")
+    assert DeltaTable(dst).metadata().partition_columns == ["p"]
+    assert DeltaTable(dst).transaction_version("app") == 0
+    assert _rows_by_spark(spark, dst) == _rows_by_spark(spark, src)
+    with pytest.raises(SinkError, match="cannot copy Delta table .*/nothing"):
+        sink.copy_table(str(tmp_path / "nothing"), str(tmp_path / "dst2"), "app")
+
+
+def _rows_by_spark(spark: Any, path: str) -> list[dict]:
+    return [r.asDict() for r in spark.read.format("delta").load(path).orderBy("id").collect()]
+
+
+def _last_commit_at(path: str) -> list[dict]:
+    last = sorted((Path(path) / "_delta_log").glob("*.json"))[-1]
+    return [json.loads(line) for line in last.read_text().splitlines()]
 
 
 @integration

@@ -65,6 +65,7 @@ __all__ = [
     "Txn",
     "MergeStats",
     "TableSink",
+    "TableCopy",
     "DeltaRsSink",
     "batch_txn",
     "quote_identifier",
@@ -418,6 +419,12 @@ def moved_from(location: str) -> str:
     """The app id of the transaction a table copied from ``location`` (RENAME TABLE on an object store)
     records in the copy's first commit."""
     return f"ticdc-delta/moved-from/{location}"
+
+
+TableCopy = Callable[[str, str, str], None]
+"""How a table is copied to another location for RENAME TABLE on an object store: ``(src, dst, app_id)``,
+the rows and schema of ``src`` written to ``dst`` (no Delta table there) in one commit that records the app
+transaction ``(app_id, 0)`` (:func:`moved_from`)."""
 
 
 def already_applied(dt: DeltaTable, txn: Txn) -> bool:
@@ -937,14 +944,15 @@ class DeltaRsSink:
 
         return self._run(action, path, attempt)
 
-    def move(self, old: TableIdent, new: TableIdent) -> bool:
+    def move(self, old: TableIdent, new: TableIdent, copy: TableCopy | None = None) -> bool:
         """Move a table to the location of another name (RENAME TABLE); ``True`` when it moved.
 
         Local tables are renamed as directories (Delta logs hold relative file paths); object-store
-        tables are copied, then the old one dropped. Moving onto a location that already holds a table
-        is refused; a move already done (old gone, new there) does nothing. The copy's commit records the
-        app transaction :func:`moved_from` of the old location, so a move that stopped between the copy and
-        the drop (both there) is told from a taken location, and finishes by dropping the old table.
+        tables are copied with ``copy`` (by default :meth:`copy_table`, through delta-rs), then the old one
+        dropped. Moving onto a location that already holds a table is refused; a move already done (old
+        gone, new there) does nothing. The copy's commit records the app transaction :func:`moved_from` of
+        the old location, so a move that stopped between the copy and the drop (both there) is told from a
+        taken location, and finishes by dropping the old table.
 
         Raises:
             SinkError: the new location is taken, or the files cannot be moved.
@@ -970,19 +978,30 @@ class DeltaRsSink:
                 os.makedirs(os.path.dirname(local_dst) or ".", exist_ok=True)
                 os.rename(local_src, local_dst)
                 return True
-            dt = self._require(src)
-            write_deltalake(
-                dst,
-                read_table(src, storage_options=self._storage_options),
-                mode="overwrite",
-                partition_by=list(dt.metadata().partition_columns) or None,
-                storage_options=self._storage_options,
-                commit_properties=commit_properties(moved_from(src), 0),
-            )
+            (copy or self.copy_table)(src, dst, moved_from(src))
         except (DeltaError, OSError, pa.ArrowException) as exc:
             raise SinkError(f"cannot move Delta table {src} to {dst}: {exc}") from exc
         self.drop(old)
         return True
+
+    def copy_table(self, src: str, dst: str, app_id: str) -> None:
+        """The :data:`TableCopy` of the ``delta-rs`` engine: the rows of ``src`` read into this process, then
+        written to ``dst`` in one overwrite commit recording the app transaction ``(app_id, 0)`` (memory
+        grows with the table; the ``spark`` engine copies on its executors instead).
+
+        Raises:
+            SinkError: ``src`` is not a Delta table.
+            deltalake.exceptions.DeltaError, OSError, pyarrow.ArrowException: from delta-rs.
+        """
+        dt = self._require(src)
+        write_deltalake(
+            dst,
+            read_table(src, storage_options=self._storage_options),
+            mode="overwrite",
+            partition_by=list(dt.metadata().partition_columns) or None,
+            storage_options=self._storage_options,
+            commit_properties=commit_properties(app_id, 0),
+        )
 
     def tables_in_schema(self, schema: str) -> list[TableIdent]:
         """The tables under ``{root}/{schema}/`` (local roots only; for DROP DATABASE).

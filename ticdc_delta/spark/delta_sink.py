@@ -29,8 +29,9 @@ merges into column-mapping tables, but refuses to OPTIMIZE them ("Column mapping
 write operation 'OPTIMIZE' yet"): that is what the option is for. Reads — the schema, the app
 transactions, the table properties — and the file-level operations (DROP TABLE, RENAME TABLE, the tables
 of a schema) are the ``delta-rs`` sink's: delta-rs reads the log of column-mapping and type-widened tables
-(it cannot scan a type-widened table's rows, which is why ``sink.type_widening`` is off by default; RENAME
-TABLE on an object store copies through delta-rs, so it fails for such a table).
+(it cannot scan a type-widened table's rows, which is why ``sink.type_widening`` is off by default). RENAME
+TABLE on an object store copies the table with Spark (:meth:`SparkDeltaSink.copy_table`), keeping its
+column mapping, type widening and properties.
 
 A ``timestamp_ntz`` column joining an existing table first adds the ``timestampNtz`` table feature (one
 protocol commit before the column's own), as Delta enables it by itself only at creation.
@@ -85,6 +86,14 @@ COLUMN_MAPPING_PROPERTIES = {
 version 2 and writer version 5)."""
 
 TYPE_WIDENING_PROPERTY = "delta.enableTypeWidening"
+
+_DERIVED_PROPERTIES = frozenset({
+    "delta.columnMapping.maxColumnId",
+    "delta.rowTracking.materializedRowIdColumnName",
+    "delta.rowTracking.materializedRowCommitVersionColumnName",
+})
+"""Table properties Delta sets itself and refuses from a user (``DELTA_CANNOT_MODIFY_TABLE_PROPERTY``): not
+carried over when a table is copied."""
 
 _INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 20}
 """Decimal integer digits Delta's type widening asks for an integer type (``long`` → ``decimal(20, 0)``)."""
@@ -195,12 +204,39 @@ class SparkDeltaSink:
         return self.base.drop(ident)
 
     def move(self, old: TableIdent, new: TableIdent) -> bool:
-        """See :meth:`DeltaRsSink.move` (a directory rename on local storage).
+        """See :meth:`DeltaRsSink.move`: a directory rename on local storage; on an object store a copy by
+        :meth:`copy_table` (on the executors), then the old table dropped.
 
         Raises:
             SinkError: the new location is taken, or the files cannot be moved.
         """
-        return self.base.move(old, new)
+        return self.base.move(old, new, copy=self.copy_table)
+
+    def copy_table(self, src: str, dst: str, app_id: str) -> None:
+        """The :data:`~ticdc_delta.delta.sink.TableCopy` of the ``spark`` engine: the rows of ``src`` read and
+        written to ``dst`` by Spark's executors (nothing per row on the driver) in one commit that records
+        the app transaction ``(app_id, 0)``, with ``src``'s partition columns and table properties —
+        column mapping, type widening and the user's own stay as they were (a type-widened table, which
+        delta-rs cannot scan, is copied too). Stray files at ``dst`` (no Delta log: a copy that died before
+        its commit) are left behind unreferenced.
+
+        Raises:
+            SinkError: ``src`` cannot be read or ``dst`` cannot be written.
+        """
+        try:
+            detail = self.spark.sql(f"DESCRIBE DETAIL {_sql_table(src)}").first()
+            writer = (self.spark.read.format("delta").load(src).write.format("delta").mode("overwrite")
+                      .option("txnAppId", app_id).option("txnVersion", "0"))
+            for key, value in (detail.properties or {}).items():
+                if key not in _DERIVED_PROPERTIES:
+                    writer = writer.option(key, value)
+            if detail.partitionColumns:
+                writer = writer.partitionBy(*detail.partitionColumns)
+            writer.save(dst)
+        except SinkError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - Spark's (Py4J, analysis) errors: the copy failed
+            raise SinkError(f"cannot copy Delta table {src} to {dst}: {str(exc).splitlines()[0]}") from exc
 
     def read(self, ident: TableIdent) -> pa.Table:
         """See :meth:`DeltaRsSink.read`.
