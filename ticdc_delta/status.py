@@ -14,6 +14,7 @@ from .config import JobConfig
 from .core.records import load_record
 from .delta.state_store import RESET_BATCH_ID, StateStore
 from .locations import child_location
+from .spark.batch_handler import DEAD_LETTER_IDENT
 
 __all__ = ["collect_status", "render_status"]
 
@@ -50,6 +51,8 @@ def collect_status(cfg: JobConfig, *, now: float | None = None) -> dict[str, Any
     for name, n in held.items():
         tables.setdefault(name, {"applied_commit_ts": None, "lag_s": None, "rows_applied": 0, "rows_held": n,
                                  "compactions": compacted.get(name, {}).get("compactions", 0)})
+    dead_letter = {"path": cfg.dead_letter_path, "rows": state.meta.get("totals", {}).get("dead_letters", 0),
+                   "compactions": compacted.get(f"{DEAD_LETTER_IDENT.schema}.{DEAD_LETTER_IDENT.table}", {}).get("compactions", 0)}
     wms = {f"{t}[{p}]": ts for (t, p), ts in sorted(state.watermarks.items())}
     topic_wms = state.meta.get("topic_watermarks", {})
     low = min((w for w in topic_wms.values() if w is not None), default=None)
@@ -62,6 +65,7 @@ def collect_status(cfg: JobConfig, *, now: float | None = None) -> dict[str, Any
         "rows_held": sum(held.values()),
         "totals": state.meta.get("totals", {}),
         "tables": tables,
+        "dead_letter": dead_letter,
         # per table loaded by the `snapshot` command: TSO, status (loading/done), export, rows
         "snapshots": {f"{e.get('schema')}.{e.get('table')}": {k: e.get(k) for k in ("tso", "status", "source", "rows")}
                       for e in state.meta.get("snapshots", {}).values()},
@@ -89,4 +93,7 @@ def render_status(cfg: JobConfig, *, as_json: bool = False, now: float | None = 
             f"{name:<{width}}  {str(t['applied_commit_ts']):>20}  {str(t['lag_s']):>12}  "
             f"{t['rows_applied']:>10}  {t['rows_held']:>8}  {t['compactions']:>11}"
         )
+    dead = st["dead_letter"]
+    if dead["rows"]:
+        lines.append(f"dead letters: {dead['rows']} in {dead['path']} (compactions {dead['compactions']})")
     return "\n".join(lines) + "\n"

@@ -74,3 +74,32 @@ def test_a_job_compacts_the_tables_it_writes(engine: str, broker: Any, spark: An
     # recorded with the state of the batch after the one compacted (the crashed batch's record is lost)
     assert collect_status(cfg)["tables"]["shop.t"]["compactions"] >= 1
     assert len(DeltaTable(path).file_uris()) <= 2
+
+
+@pytest.mark.parametrize("engine", ["delta-rs", "spark"])
+def test_the_dead_letter_table_is_compacted_too(engine: str, broker: Any, spark: Any, tmp_path: Path,
+                                                unique_name: Any) -> None:
+    """A dead letter now and then adds a small file to the dead-letter table at every batch that has one:
+    the table is compacted by the same policy as the target tables, and keeps every dead letter."""
+    from ticdc_delta.local_broker import wait_for_high_watermarks
+
+    topic = unique_name(f"dead-letter-compaction-{engine}")
+    messages = [b"{not json %d" % i for i in range(INSERTS)] + [_row("INSERT", 1, "v1")]
+    broker.create_topic(topic, 1)
+    broker.produce_many(topic, [(0, None, m) for m in messages])
+    wait_for_high_watermarks(broker.bootstrap_servers, {(topic, 0): len(messages)})
+    cfg = config_from_mapping({
+        "changefeed": "dl-compaction", "checkpoint": str(tmp_path / "ckpt"),
+        "sink": {"path": str(tmp_path / "lake"), "engine": engine, "compaction": {"min_files": 2}},
+        "source": {"bootstrap_servers": broker.bootstrap_servers, "topic": topic, "protocol": "canal-json",
+                   "max_offsets_per_trigger": 1},
+    })
+    run_job(cfg, once=True, spark=spark)
+
+    dead = DeltaTable(cfg.dead_letter_path)
+    assert "OPTIMIZE" in [h["operation"] for h in dead.history()]
+    assert sorted(r["offset"] for r in read_table(cfg.dead_letter_path).to_pylist()) == list(range(INSERTS))
+    assert len(dead.file_uris()) < INSERTS
+    status = collect_status(cfg)["dead_letter"]
+    assert status["rows"] == INSERTS and status["compactions"] >= 1, status
+    assert {r["id"]: r["v"] for r in read_table(cfg.table_path("shop", "t")).to_pylist()} == {1: "v1"}

@@ -10,7 +10,7 @@ more in one partition), it is compacted — by delta-rs's ``optimize.compact`` h
 (:func:`delta_rs_compaction`), by Delta Lake's own ``OPTIMIZE`` on the ``spark`` engine
 (:mod:`ticdc_delta.spark.compaction`), each engine its own way because delta-rs 1.x cannot optimize the
 column-mapping tables the ``spark`` engine creates. The threshold is that of Delta's auto compaction
-(``minNumFiles`` 50).
+(``minNumFiles`` 50). The dead-letter table is checked the same way after a batch that appended to it.
 
 **Why it is safe.** Compaction runs after the batch's state is saved: the batch is committed whatever
 happens to it. A compaction commit removes files and adds files holding the same rows (``dataChange:

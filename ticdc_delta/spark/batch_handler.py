@@ -409,6 +409,10 @@ class BatchHandler:
         from ..delta.compaction import compact_written_tables, delta_rs_compaction
         timings["compact"] = compact_written_tables(self.sink, applier.written_tables, self.cfg.sink.compaction,
                                                     delta_rs_compaction, self._meta, batch_id)
+        if errors or screen.rejections or plan.rejected:  # the dead-letter table too, when it was written
+            timings["compact"] += compact_written_tables(self.dead_letters, [DEAD_LETTER_IDENT],
+                                                         self.cfg.sink.compaction, delta_rs_compaction, self._meta,
+                                                         batch_id)
         self._progress(batch_id, offsets, counts, plan, result, len(errors) + len(screen.rejections),
                        time.monotonic() - started, timings, values=len(screen.rejections))
 

@@ -744,6 +744,10 @@ class SparkEngine:
                 self._compaction = spark_compaction(spark)
             timings["compact"] = compact_written_tables(h.sink, applier.written_tables, cfg.sink.compaction,
                                                         self._compaction, h._meta, batch_id)
+            if counts["error"] + n_values + implausible:  # the dead-letter table too, when it was written
+                from .batch_handler import DEAD_LETTER_IDENT
+                timings["compact"] += compact_written_tables(h.dead_letters, [DEAD_LETTER_IDENT], cfg.sink.compaction,
+                                                             self._compaction, h._meta, batch_id)
             # now and then; batch 0 too, the first after a reset (the old epoch's rows are never read again)
             if staged_batch is not None and batch_id % 16 == 0:
                 self._clean_staging(spark, meta["staging_batch"], meta["staging_app"])
