@@ -271,6 +271,33 @@ def test_listing_a_schema_decodes_the_names_and_leaves_foreign_directories_alone
     assert os.listdir(tmp_path / "lake" / "s@002f1") == ["Not Encoded"]
 
 
+def test_drop_database_finds_the_schema_tables_a_mapping_places_elsewhere(tmp_path: Path) -> None:
+    """DROP DATABASE drops every table of the schema: those at their default location under sink.path and
+    those a tables[].path entry puts somewhere else (not a wildcard's, not another schema's)."""
+    import pyarrow as pa
+
+    from ticdc_delta.config import config_from_mapping
+    from ticdc_delta.delta.sink import batch_txn
+    from ticdc_delta.spark.batch_handler import _ConfiguredSink
+
+    cfg = config_from_mapping({
+        "changefeed": "cf", "checkpoint": str(tmp_path / "ckpt"),
+        "sink": {"path": str(tmp_path / "lake")},
+        "source": {"bootstrap_servers": "127.0.0.1:9", "topic": "t", "protocol": "canal-json"},
+        "tables": [{"source": "Shop.Orders", "path": str(tmp_path / "elsewhere" / "orders")},
+                   {"source": "other.items", "path": str(tmp_path / "elsewhere" / "items")},
+                   {"source": "shop.never_written", "path": str(tmp_path / "elsewhere" / "none")}],
+    })
+    sink = _ConfiguredSink(cfg)
+    for ident in (TableIdent("shop", "orders"), TableIdent("shop", "users"), TableIdent("other", "items")):
+        sink.ensure_table(ident, pa.schema([("id", pa.int64())]), None, batch_txn("a", 0))
+    assert sorted(sink.tables_in_schema("shop")) == [TableIdent("shop", "orders"), TableIdent("shop", "users")]
+    for ident in sink.tables_in_schema("shop"):
+        assert sink.drop(ident)
+    assert not (tmp_path / "elsewhere" / "orders").exists()
+    assert (tmp_path / "elsewhere" / "items" / "_delta_log").is_dir()
+
+
 @pytest.mark.parametrize(
     "schema, table, what",
     [("ckpt", "state", "checkpoint"), ("rejects", "x", "dead_letter.path"), ("sales", "orders_v2", r"tables\[0\]\.path"),

@@ -195,3 +195,27 @@ def test_rename_table_on_s3_finishes_a_move_stopped_between_copy_and_drop(
     with pytest.raises(SinkError, match="already there"):
         sink.move(a, c)  # c is a table of its own, not a copy of a
     assert sink.read(c).num_rows == 3
+
+
+def test_drop_database_on_s3_finds_every_table_of_the_schema(s3_process: str) -> None:
+    """DROP DATABASE lists the schema's prefix on the object store (it found nothing there before: only
+    local roots were listed, and the tables stayed to take the rows of a new table of the same name)."""
+    import pyarrow as pa
+
+    from ticdc_delta.delta.sink import DeltaRsSink, TableIdent, Txn
+
+    storage = {"AWS_ENDPOINT_URL": f"http://{s3_process}", "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "k",
+               "AWS_SECRET_ACCESS_KEY": "s", "AWS_ALLOW_HTTP": "true", "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+    sink = DeltaRsSink(f"s3://{BUCKET}/lake", storage_options=storage)
+    rows = pa.table({"id": pa.array([1, 2], pa.int64())})
+    tables = [TableIdent("db", "a"), TableIdent("db", "b/c"), TableIdent("db2", "a"), TableIdent("db_x", "z")]
+    for ident in tables:
+        sink.ensure_table(ident, rows.schema, [], Txn("it", 0))
+        sink.append(ident, rows, Txn("it", 1))
+
+    assert sorted(sink.tables_in_schema("db")) == [TableIdent("db", "a"), TableIdent("db", "b/c")]
+    assert sink.tables_in_schema("none") == []
+    for ident in sink.tables_in_schema("db"):
+        assert sink.drop(ident)
+    assert sink.tables_in_schema("db") == []
+    assert [sink.read(t).num_rows for t in tables[2:]] == [2, 2]

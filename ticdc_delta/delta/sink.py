@@ -41,6 +41,7 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyarrow import fs as pafs
 from deltalake import (
     CommitProperties,
     DeltaTable,
@@ -53,7 +54,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.fs import DeltaStorageHandler
 
 from ticdc_delta.errors import ConcurrentCommitError, SinkError
-from ticdc_delta.locations import check_inside, decode_component, encode_component, table_location
+from ticdc_delta.locations import check_inside, child_location, decode_component, encode_component, table_location
 
 __all__ = [
     "OP_COLUMN",
@@ -1004,25 +1005,34 @@ class DeltaRsSink:
         )
 
     def tables_in_schema(self, schema: str) -> list[TableIdent]:
-        """The tables under ``{root}/{schema}/`` (local roots only; for DROP DATABASE).
+        """The Delta tables under ``{root}/{schema}/`` (for DROP DATABASE): a directory listing on local
+        storage, one listing of the schema's prefix (not of the tables' files) on an object store.
 
         Directory names are decoded with :func:`ticdc_delta.locations.decode_component`; entries that are
         not encoded names (not created by the job) are skipped and logged.
+
+        Raises:
+            SinkError: the object store cannot be listed.
         """
-        local = _local_path(self.root)
-        if local is None:
-            return []
-        base = os.path.join(local, path_component(schema))
-        if not os.path.isdir(base):
-            return []
+        base = child_location(self.root, path_component(schema))
+        local = _local_path(base)
+        if local is not None:
+            names = sorted(n for n in os.listdir(local) if os.path.isdir(os.path.join(local, n, "_delta_log"))) \
+                if os.path.isdir(local) else []
+        else:
+            try:
+                found = DeltaStorageHandler(base, options=self._storage_options).get_file_info_selector(
+                    pafs.FileSelector("", allow_not_found=True, recursive=False))
+            except (DeltaError, OSError) as exc:
+                raise SinkError(f"cannot list the tables under {base}: {exc}") from exc
+            names = sorted(f.base_name for f in found if f.type == pafs.FileType.Directory
+                           and self._load(f"{base}/{f.base_name}") is not None)
         out = []
-        for name in sorted(os.listdir(base)):
-            if not os.path.isdir(os.path.join(base, name, "_delta_log")):
-                continue
+        for name in names:
             try:
                 out.append(TableIdent(schema, decode_component(name)))
             except ValueError as exc:
-                log.warning("schema %r: leaving %s alone: %s", schema, os.path.join(base, name), exc)
+                log.warning("schema %r: leaving %s/%s alone: %s", schema, base, name, exc)
         return out
 
     def drop(self, ident: TableIdent) -> bool:

@@ -108,6 +108,22 @@ class _ConfiguredSink(DeltaRsSink):
         the table the job wrote under the folded names."""
         return self._cfg.table_path(schema, table)
 
+    def tables_in_schema(self, schema: str) -> list[TableIdent]:
+        """The tables under ``{sink.path}/{schema}/`` and those a ``tables[].path`` of that schema places
+        elsewhere (DROP DATABASE drops them too).
+
+        Raises:
+            SinkError: the object store cannot be listed.
+        """
+        found = super().tables_in_schema(schema)
+        folded = self._cfg.fold_name(schema)
+        for mapping in self._cfg.tables:
+            source_schema, _, table = mapping.source.partition(".")
+            if mapping.path and mapping.enabled and not mapping.is_wildcard \
+                    and self._cfg.fold_name(source_schema) == folded and self._load(mapping.path) is not None:
+                found.append(TableIdent(schema, self._cfg.fold_name(table)))
+        return list(dict.fromkeys(found))
+
 
 class BatchHandler:
     """Callable for ``DataStreamWriter.foreachBatch``; runs on the driver.
