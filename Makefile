@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 JARS   := .jars
 JARS_STAMP := $(JARS)/.fetched-stamp
 
-.PHONY: install mariadb demo test test-spark test-fast bench bench-decode bench-e2e bench-cores bench-latency soak lint clean
+.PHONY: install mariadb demo test test-spark test-fast bench bench-decode bench-e2e bench-cores bench-latency bench-tables soak lint clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,7 +55,8 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not integration"
 
 ## figures: decode throughput per protocol, end-to-end Kafka → Delta rates of both engines (and the spark
-## engine under local[1] vs local[2]), per-batch fixed cost and resolved-ts → visible latency
+## engine under local[1] vs local[2]), per-batch fixed cost and resolved-ts → visible latency, and many
+## tables per batch (MERGE threads × Spark scheduler mode)
 bench: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python -m ticdc_delta.bench all
 
@@ -70,6 +71,9 @@ bench-cores: $(STAMP) $(JARS_STAMP)
 
 bench-latency: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python -m ticdc_delta.bench latency
+
+bench-tables: $(STAMP) $(JARS_STAMP)
+	$(BIN)/python -m ticdc_delta.bench tables
 
 ## long crash/restart soak (SIGKILL at random moments until done)
 soak: $(STAMP) $(JARS_STAMP)

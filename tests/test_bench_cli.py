@@ -21,6 +21,9 @@ from ticdc_delta.bench_latency import percentile
                                                   "engines": ["spark"]}),
         (["latency", "--engine", "delta-rs", "--seconds", "15", "--rate", "500"], "latency",
          {"engines": ["delta-rs"], "seconds": 15.0, "rate": 500, "batches": 10}),
+        (["tables", "--threads", "1", "3", "--schedulers", "FAIR", "--busy", "500"], "tables",
+         {"threads": [1, 3], "schedulers": ["FAIR"], "busy": 500, "tables": 8, "changes": 20, "rounds": 4,
+          "summary_json": None}),
     ],
 )
 def test_bench_cli_parses(argv: list[str], command: str, expected: dict[str, Any],
@@ -75,3 +78,17 @@ def test_peak_rss_sees_growth() -> None:
 
         time.sleep(0.1)
     assert rss.growth() >= 32 * 2**20
+
+
+def test_bench_tables_refuses_an_unknown_scheduler_and_empty_rounds() -> None:
+    from ticdc_delta.bench_tables import measure_tables
+
+    with pytest.raises(ValueError, match="scheduler must be one of FIFO, FAIR"):
+        measure_tables(scheduler="RANDOM", tables=1, busy=1, changes=1, rounds=1, threads=[1], partitions=1)
+    with pytest.raises(ValueError, match="must be positive"):
+        measure_tables(scheduler="FAIR", tables=1, busy=1, changes=1, rounds=0, threads=[1], partitions=1)
+
+
+def test_a_named_stream_writes_its_table() -> None:
+    _, msg = CanalStream(2, table="t7").change()
+    assert b'"table":"t7"' in msg and b'"database":"bench"' in msg

@@ -18,6 +18,10 @@ subprocess per master), side by side.
 ``python -m ticdc_delta.bench latency`` — per engine, the fixed cost of a micro-batch of one change, and
 the time from a resolved ts being produced to its rows being visible under a steady load
 (:mod:`ticdc_delta.bench_latency`).
+
+``python -m ticdc_delta.bench tables`` — the spark engine with many tables per micro-batch (small ones and
+a busy one): batch and MERGE seconds per ``sink.merge_threads`` value, under Spark's ``FIFO`` and ``FAIR``
+scheduler modes (one subprocess each) (:mod:`ticdc_delta.bench_tables`).
 """
 
 from __future__ import annotations
@@ -186,6 +190,15 @@ def _cmd_latency(args: argparse.Namespace) -> int:
                        partitions=args.partitions, master=args.master)
 
 
+def _cmd_tables(args: argparse.Namespace) -> int:
+    from .bench_tables import main_child, run_tables
+
+    if args.summary_json:  # the measuring process of one scheduler mode
+        return main_child(args)
+    return run_tables(schedulers=args.schedulers, tables=args.tables, busy=args.busy, changes=args.changes,
+                      rounds=args.rounds, threads=args.threads, partitions=args.partitions)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .bench_e2e import ENGINES
 
@@ -223,7 +236,17 @@ def main(argv: list[str] | None = None) -> int:
     lat.add_argument("--partitions", type=int, default=4)
     lat.add_argument("--master", default=None, help="Spark master (default local[2])")
     lat.set_defaults(func=_cmd_latency)
-    a = sub.add_parser("all", help="decode, e2e (both engines), cores, latency")
+    t = sub.add_parser("tables", help="many tables per batch: spark engine MERGE threads × Spark scheduler mode")
+    t.add_argument("--schedulers", nargs="+", choices=("FIFO", "FAIR"), default=["FIFO", "FAIR"])
+    t.add_argument("--tables", type=int, default=8, help="small tables per round")
+    t.add_argument("--changes", type=int, default=20, help="changes per small table per round")
+    t.add_argument("--busy", type=int, default=20_000, help="changes of the busy table per round")
+    t.add_argument("--rounds", type=int, default=4, help="measured rounds (one batch each) per thread count")
+    t.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4], help="sink.merge_threads values")
+    t.add_argument("--partitions", type=int, default=4)
+    t.add_argument("--summary-json", default=None, help=argparse.SUPPRESS)
+    t.set_defaults(func=_cmd_tables)
+    a = sub.add_parser("all", help="decode, e2e (both engines), cores, latency, tables")
     a.add_argument("--events", type=int, default=1_000_000)
     a.add_argument("--cores-events", type=int, default=200_000)
     a.add_argument("--seconds", type=float, default=60.0)
@@ -238,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
                                           masters=["local[1]", "local[2]"], engines=["spark"])),
             _cmd_latency(argparse.Namespace(engines=list(ENGINES), seconds=args.seconds, rate=2000, batches=10,
                                             partitions=4, master=None)),
+            _cmd_tables(argparse.Namespace(schedulers=["FIFO", "FAIR"], tables=8, changes=20, busy=20_000, rounds=4,
+                                           threads=[1, 2, 4], partitions=4, summary_json=None)),
         ]
         return max(rcs)
     return int(args.func(args))

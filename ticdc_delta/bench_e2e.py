@@ -70,12 +70,15 @@ class CanalStream:
         seed: the random stream's seed.
         ts: the first commit ts (TSO); ``None`` takes commit ts from the clock (``now << 18``, strictly
             increasing), as a live TiDB cluster would.
+        table: the table's name (schema ``bench``).
     """
 
-    def __init__(self, partitions: int, *, seed: int = 1, ts: int | None = 446_000_000_000_000_000) -> None:
+    def __init__(self, partitions: int, *, seed: int = 1, ts: int | None = 446_000_000_000_000_000,
+                 table: str = "orders") -> None:
         import random
 
         self.partitions = partitions
+        self.table = table
         self.live: dict[int, dict[str, str]] = {}
         self.ts = ts if ts is not None else 0
         self._clock = ts is None
@@ -83,7 +86,7 @@ class CanalStream:
         self._versions: dict[int, int] = {}
         self._keys: list[int] = []
         self._next_id = 0
-        self._base = {"id": 0, "database": "bench", "table": "orders", "pkNames": ["id"], "isDdl": False,
+        self._base = {"id": 0, "database": "bench", "table": table, "pkNames": ["id"], "isDdl": False,
                       "es": 0, "ts": 0, "sql": "", "sqlType": _SQL, "mysqlType": _MYSQL}
 
     def change(self) -> tuple[int, bytes]:

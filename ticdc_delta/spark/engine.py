@@ -85,6 +85,7 @@ TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 # batch's persisted rule output, which a recomputation rebuilds from the same Kafka offsets and staging
 # rows (the rules sort every table's rows by commit ts and coordinates before collapsing them).
 MATERIALIZE_SOURCE_CONF = "spark.databricks.delta.merge.materializeSource"
+SCHEDULER_POOL_PROPERTY = "spark.scheduler.pool"
 
 _CONFLICTS = (
     "ConcurrentAppendException", "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException",
@@ -500,6 +501,7 @@ class SparkEngine:
         session = self._warm_session
 
         def warm() -> None:
+            session.sparkContext.setLocalProperty(SCHEDULER_POOL_PROPERTY, "ticdc-warm")
             for path in paths:
                 try:
                     session.sparkContext.setJobDescription(f"ticdc-delta: snapshot of {path}")
@@ -1001,6 +1003,9 @@ class SparkEngine:
             session = getattr(self._sessions, "session", None)
             if session is None:
                 session = self._sessions.session = spark.newSession()
+                # a pool per thread: under spark.scheduler.mode FAIR a small table's MERGE gets cores next
+                # to a busy table's instead of waiting behind its tasks (FIFO ignores pools)
+                spark.sparkContext.setLocalProperty(SCHEDULER_POOL_PROPERTY, threading.current_thread().name)
             self._merge(session, view, task)
 
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ticdc-merge") as pool:
