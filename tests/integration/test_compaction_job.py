@@ -32,25 +32,30 @@ def _row(op: str, id_: int, v: str, old: str | None = None) -> bytes:
     }).encode()
 
 
-@pytest.mark.parametrize("engine", ["delta-rs", "spark"])
-def test_a_job_compacts_the_tables_it_writes(engine: str, broker: Any, spark: Any, tmp_path: Path,
-                                             unique_name: Any, monkeypatch: pytest.MonkeyPatch,
-                                             progress: Any) -> None:
+def _one_message_per_batch(broker: Any, topic: str, messages: list[bytes], engine: str, tmp_path: Path) -> Any:
+    """``messages`` on a one-partition topic, and a job config reading one per micro-batch (canal-json,
+    offset-order mode) that compacts a table once it has two small files."""
     from ticdc_delta.local_broker import wait_for_high_watermarks
 
-    topic = unique_name(f"compaction-{engine}")
-    # one change per micro-batch (offset-order mode: each batch applies what it read): new keys, each
-    # batch a new small file, then an update of the first key
-    messages = [_row("INSERT", i, f"v{i}") for i in range(INSERTS)] + [_row("UPDATE", 0, "new", "v0")]
     broker.create_topic(topic, 1)
     broker.produce_many(topic, [(0, None, m) for m in messages])
     wait_for_high_watermarks(broker.bootstrap_servers, {(topic, 0): len(messages)})
-    cfg = config_from_mapping({
+    return config_from_mapping({
         "changefeed": "compaction", "checkpoint": str(tmp_path / "ckpt"),
         "sink": {"path": str(tmp_path / "lake"), "engine": engine, "compaction": {"min_files": 2}},
         "source": {"bootstrap_servers": broker.bootstrap_servers, "topic": topic, "protocol": "canal-json",
                    "max_offsets_per_trigger": 1},
     })
+
+
+@pytest.mark.parametrize("engine", ["delta-rs", "spark"])
+def test_a_job_compacts_the_tables_it_writes(engine: str, broker: Any, spark: Any, tmp_path: Path,
+                                             unique_name: Any, monkeypatch: pytest.MonkeyPatch,
+                                             progress: Any) -> None:
+    # one change per micro-batch (offset-order mode: each batch applies what it read): new keys, each
+    # batch a new small file, then an update of the first key
+    messages = [_row("INSERT", i, f"v{i}") for i in range(INSERTS)] + [_row("UPDATE", 0, "new", "v0")]
+    cfg = _one_message_per_batch(broker, unique_name(f"compaction-{engine}"), messages, engine, tmp_path)
     path = cfg.table_path("shop", "t")
 
     # crash after the MERGE of the last insert's batch (compactions have happened before it) …
@@ -81,19 +86,9 @@ def test_the_dead_letter_table_is_compacted_too(engine: str, broker: Any, spark:
                                                 unique_name: Any) -> None:
     """A dead letter now and then adds a small file to the dead-letter table at every batch that has one:
     the table is compacted by the same policy as the target tables, and keeps every dead letter."""
-    from ticdc_delta.local_broker import wait_for_high_watermarks
-
-    topic = unique_name(f"dead-letter-compaction-{engine}")
     messages = [b"{not json %d" % i for i in range(INSERTS)] + [_row("INSERT", 1, "v1")]
-    broker.create_topic(topic, 1)
-    broker.produce_many(topic, [(0, None, m) for m in messages])
-    wait_for_high_watermarks(broker.bootstrap_servers, {(topic, 0): len(messages)})
-    cfg = config_from_mapping({
-        "changefeed": "dl-compaction", "checkpoint": str(tmp_path / "ckpt"),
-        "sink": {"path": str(tmp_path / "lake"), "engine": engine, "compaction": {"min_files": 2}},
-        "source": {"bootstrap_servers": broker.bootstrap_servers, "topic": topic, "protocol": "canal-json",
-                   "max_offsets_per_trigger": 1},
-    })
+    cfg = _one_message_per_batch(broker, unique_name(f"dead-letter-compaction-{engine}"), messages, engine,
+                                 tmp_path)
     run_job(cfg, once=True, spark=spark)
 
     dead = DeltaTable(cfg.dead_letter_path)
