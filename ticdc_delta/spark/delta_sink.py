@@ -215,10 +215,12 @@ class SparkDeltaSink:
     def copy_table(self, src: str, dst: str, app_id: str) -> None:
         """The :data:`~ticdc_delta.delta.sink.TableCopy` of the ``spark`` engine: the rows of ``src`` read and
         written to ``dst`` by Spark's executors (nothing per row on the driver) in one commit that records
-        the app transaction ``(app_id, 0)``, with ``src``'s partition columns and table properties —
-        column mapping, type widening and the user's own stay as they were (a type-widened table, which
-        delta-rs cannot scan, is copied too). Stray files at ``dst`` (no Delta log: a copy that died before
-        its commit) are left behind unreferenced.
+        the app transaction ``(app_id, 0)``, with ``src``'s partition columns and ``delta.*`` table
+        properties (column mapping, type widening, deletion vectors, retention settings; the table features
+        its columns need, e.g. ``timestampNtz``, come with them). A type-widened table, which delta-rs cannot
+        scan, is copied too. Not carried: properties outside ``delta.*`` (a writer option is a table
+        property only under that prefix) and the table's history. Stray files at ``dst`` (no Delta log: a
+        copy that died before its commit) are left behind unreferenced.
 
         Raises:
             SinkError: ``src`` cannot be read or ``dst`` cannot be written.
