@@ -51,7 +51,10 @@ def collect_status(cfg: JobConfig, *, now: float | None = None) -> dict[str, Any
     for name, n in held.items():
         tables.setdefault(name, {"applied_commit_ts": None, "lag_s": None, "rows_applied": 0, "rows_held": n,
                                  "compactions": compacted.get(name, {}).get("compactions", 0)})
-    dead_letter = {"path": cfg.dead_letter_path, "rows": state.meta.get("totals", {}).get("dead_letters", 0),
+    totals = state.meta.get("totals", {})
+    # what went to the dead-letter table: undecodable messages, refused values, implausible commit ts
+    dead_letter = {"path": cfg.dead_letter_path,
+                   "rows": totals.get("dead_letters", 0) + totals.get("implausible_ts", 0),
                    "compactions": compacted.get(f"{DEAD_LETTER_IDENT.schema}.{DEAD_LETTER_IDENT.table}", {}).get("compactions", 0)}
     wms = {f"{t}[{p}]": ts for (t, p), ts in sorted(state.watermarks.items())}
     topic_wms = state.meta.get("topic_watermarks", {})
@@ -63,7 +66,7 @@ def collect_status(cfg: JobConfig, *, now: float | None = None) -> dict[str, Any
         "watermark_lag_s": _lag_s(low, now),
         "watermarks": wms,
         "rows_held": sum(held.values()),
-        "totals": state.meta.get("totals", {}),
+        "totals": totals,
         "tables": tables,
         "dead_letter": dead_letter,
         # per table loaded by the `snapshot` command: TSO, status (loading/done), export, rows

@@ -1,0 +1,40 @@
+"""`status` on a real state table (no broker, no Spark): what it says of the dead-letter table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ticdc_delta.config import config_from_mapping
+from ticdc_delta.delta.state_store import PipelineState, StateStore
+from ticdc_delta.status import collect_status, render_status
+
+pytestmark = pytest.mark.integration  # real Delta tables
+
+
+def _cfg(tmp_path: Path, meta: dict) -> object:
+    cfg = config_from_mapping({
+        "changefeed": "st", "checkpoint": str(tmp_path / "ckpt"), "sink": {"path": str(tmp_path / "lake")},
+        "source": {"bootstrap_servers": "127.0.0.1:9", "topic": "cdc", "protocol": "canal-json"},
+    })
+    StateStore(str(tmp_path / "ckpt" / "state"), "st").save(7, PipelineState(7, {}, [], meta))
+    return cfg
+
+
+def test_status_counts_every_dead_letter_and_the_table_compactions(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, {
+        "totals": {"dead_letters": 3, "dead_letter_values": 1, "implausible_ts": 2},
+        "compaction": {"tables": {"_ticdc.dead_letter": {"compactions": 2}, "s.t": {"compactions": 5}}},
+        "tables": {"s.t": {"rows_applied": 9}},
+    })
+    dead = collect_status(cfg)["dead_letter"]
+    assert dead == {"path": cfg.dead_letter_path, "rows": 5, "compactions": 2}
+    assert collect_status(cfg)["tables"]["s.t"]["compactions"] == 5
+    assert f"dead letters: 5 in {cfg.dead_letter_path} (compactions 2)" in render_status(cfg)
+
+
+def test_status_says_nothing_of_dead_letters_when_there_are_none(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, {"totals": {"dead_letters": 0}, "tables": {}})
+    assert collect_status(cfg)["dead_letter"]["rows"] == 0
+    assert "dead letters" not in render_status(cfg)
