@@ -26,6 +26,7 @@ from ticdc_delta.delta.sink import (
     Txn,
     batch_txn,
     path_component,
+    moved_from,
     quote_identifier,
     read_table,
 )
@@ -499,3 +500,22 @@ def test_merge_matches_bigint_unsigned_decimal_keys(tmp_path) -> None:
     assert (stats.inserted, stats.updated, stats.deleted) == (0, 5, 5)
     rows = sink.read(ident).to_pylist()
     assert len(rows) == 45 and sorted(r["v"] for r in rows).count("c") == 5
+
+
+def test_the_delta_rs_copy_streams_every_row_with_partitions_and_the_move_mark(tmp_path: Path) -> None:
+    """RENAME TABLE on an object store (delta-rs engine) copies the table batch by batch: every row of
+    every file arrives, in the source's partitioning, in one commit that records the move's mark."""
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    for part in range(3):  # several files, two partitions
+        rows = pa.table({"id": pa.array(range(part * 1000, part * 1000 + 1000), pa.int64()),
+                         "p": ["a" if part < 2 else "b"] * 1000, "v": [f"v{i}" for i in range(1000)]})
+        write_deltalake(src, rows, mode="append", partition_by=["p"])
+    DeltaRsSink(str(tmp_path)).copy_table(src, dst, moved_from(src))
+
+    copied = DeltaTable(dst)
+    assert copied.version() == 0 and copied.transaction_version(moved_from(src)) == 0
+    assert copied.metadata().partition_columns == ["p"]
+    got = sorted(read_table(dst).to_pylist(), key=lambda r: r["id"])
+    assert got == sorted(read_table(src).to_pylist(), key=lambda r: r["id"]) and len(got) == 3000
+    with pytest.raises(SinkError, match="no Delta table"):
+        DeltaRsSink(str(tmp_path)).copy_table(str(tmp_path / "nothing"), str(tmp_path / "d2"), "app")

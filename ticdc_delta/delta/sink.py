@@ -986,18 +986,20 @@ class DeltaRsSink:
         return True
 
     def copy_table(self, src: str, dst: str, app_id: str) -> None:
-        """The :data:`TableCopy` of the ``delta-rs`` engine: the rows of ``src`` read into this process, then
-        written to ``dst`` in one overwrite commit recording the app transaction ``(app_id, 0)`` (memory
-        grows with the table; the ``spark`` engine copies on its executors instead).
+        """The :data:`TableCopy` of the ``delta-rs`` engine: the rows of ``src`` streamed through this process
+        (a record batch at a time, not the whole table in memory) into one overwrite commit at ``dst``
+        recording the app transaction ``(app_id, 0)`` (the ``spark`` engine copies on its executors).
 
         Raises:
             SinkError: ``src`` is not a Delta table.
             deltalake.exceptions.DeltaError, OSError, pyarrow.ArrowException: from delta-rs.
         """
         dt = self._require(src)
+        scan = pa.RecordBatchReader.from_stream(dt.scan())
+        schema = pa.schema([f.with_type(_plain_type(f.type)) for f in scan.schema])
         write_deltalake(
             dst,
-            read_table(src, storage_options=self._storage_options),
+            pa.RecordBatchReader.from_batches(schema, (batch.cast(schema) for batch in scan)),
             mode="overwrite",
             partition_by=list(dt.metadata().partition_columns) or None,
             storage_options=self._storage_options,
