@@ -91,3 +91,23 @@ def test_other_errors_are_not_taken_for_a_concurrent_job() -> None:
     from ticdc_delta.spark.checkpoint import concurrent_job_error
 
     assert concurrent_job_error(RuntimeError("Connection refused"), "/ck") is None
+
+
+def _offsets(root: Path, batch_id: int, offsets: dict | None, lines: list[str] | None = None) -> None:
+    folder = root / "offsets"
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {}})
+    body = lines if lines is not None else ["v1", meta, json.dumps(offsets)]
+    (folder / str(batch_id)).write_text("\n".join(body))
+
+
+def test_a_batch_counts_its_messages_from_the_offset_log(tmp_path: Path) -> None:
+    _offsets(tmp_path, 0, {"cdc": {"0": 10, "1": 5}})
+    _offsets(tmp_path, 1, {"cdc": {"0": 13, "1": 5}})
+    _offsets(tmp_path, 2, {"cdc": {"0": 13, "1": 9, "2": 4}})  # a partition the topic gained
+    _offsets(tmp_path, 3, None, lines=["v1", "{}"])  # not Spark's form
+    ck = SparkCheckpoint(str(tmp_path))
+    assert ck.batch_messages(1) == 3
+    assert ck.batch_messages(0) is None  # where the first batch starts is not in the offset log
+    assert ck.batch_messages(2) is None  # unknown start for the new partition: not counted as small
+    assert ck.batch_messages(3) is None and ck.batch_messages(4) is None

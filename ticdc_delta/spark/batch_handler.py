@@ -320,7 +320,8 @@ class BatchHandler:
         # a half-done snapshot load stops the job before anything is read (core/snapshot_seam)
         seam = seam_from_state(self._meta.get("snapshots"))
         if self._engine is not None:  # sink.engine: spark (ticdc_delta/spark/engine.py)
-            self._engine.run(batch_df, batch_id, guard=guard, query_id=query_id, started=started, seam=seam)
+            self._engine.run(batch_df, batch_id, guard=guard, query_id=query_id, started=started, seam=seam,
+                             messages=checkpoint.batch_messages(batch_id))
             return
         if self._meta.get("staging_batch") is not None:
             raise ConfigError(

@@ -106,6 +106,31 @@ class SparkCheckpoint:
         return int(value) if isinstance(value, int) and value >= 0 else None
 
 
+    def _source_offsets(self, batch_id: int) -> dict[tuple[str, int], int] | None:
+        """The end offsets per (topic, partition) of batch ``batch_id`` in the offset log (its one Kafka
+        source), ``None`` when absent or not in that form."""
+        text = self._read(f"offsets/{batch_id}")
+        lines = text.splitlines() if text is not None else []
+        if len(lines) != 3:  # "v1", the batch metadata, one line per source (the job has one)
+            return None
+        try:
+            topics = json.loads(lines[2])
+            return {(str(t), int(p)): int(o) for t, parts in topics.items() for p, o in parts.items()}
+        except (ValueError, AttributeError, TypeError):
+            return None
+
+    def batch_messages(self, batch_id: int) -> int | None:
+        """How many Kafka messages batch ``batch_id`` reads: its end offsets less the batch before's, from the
+        offset log (Spark writes a batch's entry before it runs). ``None`` when that is not known: the first
+        batch, a partition the batch before did not have, no such entries."""
+        if batch_id <= 0:
+            return None
+        end, start = self._source_offsets(batch_id), self._source_offsets(batch_id - 1)
+        if end is None or start is None or not set(end) <= set(start):
+            return None
+        return sum(max(0, offset - start[tp]) for tp, offset in end.items())
+
+
 def check_state_belongs(
     *,
     checkpoint: str,

@@ -76,6 +76,9 @@ STAGING_SCHEMA = ("held_at long, schema string, table string, commit_ts long, pa
 ``hashes`` its :class:`~ticdc_delta.core.key_buckets.Routing`."""
 
 _SMALL_KINDS = ("meta", "summary", "error")
+ONE_DECODE_TASK = 5_000
+"""Kafka messages up to which a micro-batch is decoded in one Spark task (all its partitions), not one task
+per Kafka partition: a small batch's decode costs one task's start, not several waves of them."""
 _ONE_STAGING_FILE = 200_000  # held rows up to which a batch writes them to the staging table as one file
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
@@ -547,9 +550,11 @@ class SparkEngine:
     # --- the batch -------------------------------------------------------------------------------------
 
     def run(self, batch_df: Any, batch_id: int, *, guard: Any, query_id: Any, started: float,
-            seam: Any = None) -> None:
+            seam: Any = None, messages: int | None = None) -> None:
         """Apply micro-batch ``batch_id`` (see the module docstring). ``seam``: the tables' snapshot TSOs
-        (:mod:`ticdc_delta.core.snapshot_seam`): their rows and DDL at or below it are dropped.
+        (:mod:`ticdc_delta.core.snapshot_seam`): their rows and DDL at or below it are dropped. ``messages``:
+        how many Kafka messages the batch reads, when known (Spark's offset log); a batch of at most
+        :data:`ONE_DECODE_TASK` is decoded in one task instead of one per Kafka partition.
 
         Raises:
             DecodeError / UnwritableValueError / ImplausibleTimestampError: bad input under
@@ -565,6 +570,10 @@ class SparkEngine:
         spec = h._decoder_spec()
         names = functools.partial(fold_name, case_sensitive=cfg.case_sensitive)
         keys = _ConfiguredKeys(cfg)
+        if messages is not None and messages <= ONE_DECODE_TASK:
+            # a few messages (a resolved ts broadcast to every partition, a change or two): one Python task
+            # for all of them, not a wave of tasks per pair of cores (the decoder takes any mix of partitions)
+            batch_df = batch_df.coalesce(1)
         decoded = (batch_df.mapInArrow(make_decode_fn(spec, names=names, spans=True, keys=keys), NAMED_SCHEMA)
                    .persist(StorageLevel.MEMORY_AND_DISK))
         out = view = None
