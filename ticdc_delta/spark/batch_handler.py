@@ -44,7 +44,7 @@ from ..errors import (
     UnwritableValueError,
 )
 from .checkpoint import SparkCheckpoint, check_state_belongs
-from .decode import DECODED_SCHEMA, DecoderSpec, make_decode_fn
+from .decode import DECODED_SCHEMA, DecoderSpec, few_tasks, make_decode_fn
 
 __all__ = ["BatchHandler", "next_state_meta", "protocol_mode", "InjectedFault", "FAULT_ENV", "tso_physical_ms"]
 
@@ -329,7 +329,8 @@ class BatchHandler:
                 f"(batch {self._meta['staging_batch']}): run with sink.engine: spark until none are held"
             )
         spec = self._decoder_spec()
-        decoded: pa.Table = batch_df.mapInArrow(make_decode_fn(spec), DECODED_SCHEMA).toArrow()
+        decoded: pa.Table = (few_tasks(batch_df, checkpoint.batch_messages(batch_id))
+                             .mapInArrow(make_decode_fn(spec), DECODED_SCHEMA).toArrow())
         timings = {"read_decode": time.monotonic() - started}
         self._fault("after_decode", batch_id)
 

@@ -23,11 +23,26 @@ from ..locations import table_name_problem
 
 __all__ = [
     "DECODED_SCHEMA", "DECODED_ARROW_SCHEMA", "NAMED_SCHEMA", "NAMED_ARROW_SCHEMA", "DecoderSpec", "make_decode_fn",
-    "decode_messages", "spark_ddl", "SPAN", "span_rows", "LAYOUT", "layout_rows",
+    "decode_messages", "spark_ddl", "SPAN", "span_rows", "LAYOUT", "layout_rows", "ONE_DECODE_TASK", "few_tasks",
 ]
 
 _SPARK_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "long", pa.binary(): "binary",
                 pa.bool_(): "boolean", pa.list_(pa.int64()): "array<long>"}
+
+
+ONE_DECODE_TASK = 5_000
+"""Kafka messages up to which a micro-batch is decoded in one Spark task (all its partitions), not one task
+per Kafka partition: a small batch's decode costs one task's start, not several waves of them."""
+
+
+def few_tasks(batch_df: Any, messages: int | None) -> Any:
+    """``batch_df`` (a micro-batch of the Kafka source) in one partition when it reads at most
+    :data:`ONE_DECODE_TASK` messages (``messages``: the count from Spark's offset log, ``None`` when unknown):
+    a resolved ts broadcast to every partition and a change or two take one Python task, not a wave of tasks
+    per pair of cores. The decoder takes any mix of partitions (each row carries its own coordinates)."""
+    if messages is not None and messages <= ONE_DECODE_TASK:
+        return batch_df.coalesce(1)
+    return batch_df
 
 
 def spark_ddl(schema: pa.Schema) -> str:

@@ -63,7 +63,7 @@ from ..delta.state_store import PipelineState
 from ..delta.value_check import ValueScreen
 from ..errors import ConcurrentCommitError, DecodeError, TerminalError
 from ..locations import child_location, fold_name
-from .decode import LAYOUT, NAMED_SCHEMA, SPAN, make_decode_fn, spark_ddl
+from .decode import LAYOUT, NAMED_SCHEMA, SPAN, few_tasks, make_decode_fn, spark_ddl
 from .delta_sink import SparkDeltaSink
 
 __all__ = ["SparkEngine", "STAGING_SCHEMA", "MERGE_SOURCE_HOOK", "staging_path", "is_conflict"]
@@ -76,9 +76,6 @@ STAGING_SCHEMA = ("held_at long, schema string, table string, commit_ts long, pa
 ``hashes`` its :class:`~ticdc_delta.core.key_buckets.Routing`."""
 
 _SMALL_KINDS = ("meta", "summary", "error")
-ONE_DECODE_TASK = 5_000
-"""Kafka messages up to which a micro-batch is decoded in one Spark task (all its partitions), not one task
-per Kafka partition: a small batch's decode costs one task's start, not several waves of them."""
 _ONE_STAGING_FILE = 200_000  # held rows up to which a batch writes them to the staging table as one file
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
@@ -554,7 +551,7 @@ class SparkEngine:
         """Apply micro-batch ``batch_id`` (see the module docstring). ``seam``: the tables' snapshot TSOs
         (:mod:`ticdc_delta.core.snapshot_seam`): their rows and DDL at or below it are dropped. ``messages``:
         how many Kafka messages the batch reads, when known (Spark's offset log); a batch of at most
-        :data:`ONE_DECODE_TASK` is decoded in one task instead of one per Kafka partition.
+        :data:`~ticdc_delta.spark.decode.ONE_DECODE_TASK` is decoded in one task instead of one per Kafka partition.
 
         Raises:
             DecodeError / UnwritableValueError / ImplausibleTimestampError: bad input under
@@ -570,11 +567,7 @@ class SparkEngine:
         spec = h._decoder_spec()
         names = functools.partial(fold_name, case_sensitive=cfg.case_sensitive)
         keys = _ConfiguredKeys(cfg)
-        if messages is not None and messages <= ONE_DECODE_TASK:
-            # a few messages (a resolved ts broadcast to every partition, a change or two): one Python task
-            # for all of them, not a wave of tasks per pair of cores (the decoder takes any mix of partitions)
-            batch_df = batch_df.coalesce(1)
-        decoded = (batch_df.mapInArrow(make_decode_fn(spec, names=names, spans=True, keys=keys), NAMED_SCHEMA)
+        decoded = (few_tasks(batch_df, messages).mapInArrow(make_decode_fn(spec, names=names, spans=True, keys=keys), NAMED_SCHEMA)
                    .persist(StorageLevel.MEMORY_AND_DISK))
         out = view = None
         try:
