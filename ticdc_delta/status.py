@@ -12,6 +12,7 @@ from typing import Any
 
 from .config import JobConfig
 from .core.records import load_record
+from .delta.compaction import table_name
 from .delta.state_store import RESET_BATCH_ID, StateStore
 from .locations import child_location
 from .spark.batch_handler import DEAD_LETTER_IDENT
@@ -55,7 +56,7 @@ def collect_status(cfg: JobConfig, *, now: float | None = None) -> dict[str, Any
     # what went to the dead-letter table: undecodable messages, refused values, implausible commit ts
     dead_letter = {"path": cfg.dead_letter_path,
                    "rows": totals.get("dead_letters", 0) + totals.get("implausible_ts", 0),
-                   "compactions": compacted.get(f"{DEAD_LETTER_IDENT.schema}.{DEAD_LETTER_IDENT.table}", {}).get("compactions", 0)}
+                   "compactions": compacted.get(table_name(DEAD_LETTER_IDENT), {}).get("compactions", 0)}
     wms = {f"{t}[{p}]": ts for (t, p), ts in sorted(state.watermarks.items())}
     topic_wms = state.meta.get("topic_watermarks", {})
     low = min((w for w in topic_wms.values() if w is not None), default=None)

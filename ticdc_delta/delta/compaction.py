@@ -44,6 +44,7 @@ __all__ = [
     "column_mapping",
     "delta_rs_compaction",
     "compact_written_tables",
+    "table_name",
 ]
 
 log = logging.getLogger(__name__)
@@ -145,7 +146,8 @@ def delta_rs_compaction(path: str, dt: DeltaTable, policy: CompactionPolicy) -> 
     return CompactionResult(removed, int(metrics.get("numFilesAdded", 0)), dt.version() if removed else None)
 
 
-def _table_name(ident: TableIdent) -> str:
+def table_name(ident: TableIdent) -> str:
+    """The name a table's compactions are recorded under in the state's ``meta["compaction"]``."""
     return f"{ident.schema}.{ident.table}"
 
 
@@ -179,7 +181,7 @@ def compact_written_tables(
     record = {k: dict(v) for k, v in (meta.get("compaction") or {}).get("tables", {}).items()}
     changed = False
     for ident in dict.fromkeys(tables):
-        name = _table_name(ident)
+        name = table_name(ident)
         entry = record.get(name, {})
         failed = entry.get("failed_batch")
         if failed is not None and batch_id - failed < RETRY_AFTER_BATCHES:

@@ -424,15 +424,24 @@ class BatchHandler:
         self.batches += 1
         self._fault("after_state", batch_id)
         # small-file compaction of the tables written (after the state: it never fails the batch)
-        from ..delta.compaction import compact_written_tables, delta_rs_compaction
-        timings["compact"] = compact_written_tables(self.sink, applier.written_tables, self.cfg.sink.compaction,
-                                                    delta_rs_compaction, self._meta, batch_id)
-        if errors or screen.rejections or plan.rejected:  # the dead-letter table too, when it was written
-            timings["compact"] += compact_written_tables(self.dead_letters, [DEAD_LETTER_IDENT],
-                                                         self.cfg.sink.compaction, delta_rs_compaction, self._meta,
-                                                         batch_id)
+        from ..delta.compaction import delta_rs_compaction
+        timings["compact"] = self._compact(applier.written_tables, bool(errors or screen.rejections or plan.rejected),
+                                           delta_rs_compaction, batch_id)
         self._progress(batch_id, offsets, counts, plan, result, len(errors) + len(screen.rejections),
                        time.monotonic() - started, timings, values=len(screen.rejections))
+
+    def _compact(self, written: Any, dead_letters: bool, compact: Any, batch_id: int) -> float:
+        """Small-file compaction after batch ``batch_id``'s state is saved (either engine, with its
+        ``compact``): of the ``written`` tables and, when the batch wrote ``dead_letters``, of the dead-letter
+        table. Returns the seconds spent (:func:`~ticdc_delta.delta.compaction.compact_written_tables`)."""
+        from ..delta.compaction import compact_written_tables
+
+        policy = self.cfg.sink.compaction
+        spent = compact_written_tables(self.sink, written, policy, compact, self._meta, batch_id)
+        if dead_letters:
+            spent += compact_written_tables(self.dead_letters, [DEAD_LETTER_IDENT], policy, compact, self._meta,
+                                            batch_id)
+        return spent
 
     def _dead_letter(self, decoded: pa.Table, rows: list[int], batch_id: int) -> None:
         take = decoded.take(pa.array(rows, type=pa.int64()))

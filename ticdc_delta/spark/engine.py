@@ -567,7 +567,8 @@ class SparkEngine:
         spec = h._decoder_spec()
         names = functools.partial(fold_name, case_sensitive=cfg.case_sensitive)
         keys = _ConfiguredKeys(cfg)
-        decoded = (few_tasks(batch_df, messages).mapInArrow(make_decode_fn(spec, names=names, spans=True, keys=keys), NAMED_SCHEMA)
+        decoded = (few_tasks(batch_df, messages)
+                   .mapInArrow(make_decode_fn(spec, names=names, spans=True, keys=keys), NAMED_SCHEMA)
                    .persist(StorageLevel.MEMORY_AND_DISK))
         out = view = None
         try:
@@ -742,16 +743,11 @@ class SparkEngine:
             timings["state"] = time.monotonic() - t_state
             h._fault("after_state", batch_id)
             # small-file compaction of the tables written (after the state: it never fails the batch)
-            from ..delta.compaction import compact_written_tables
             from .compaction import spark_compaction
             if self._compaction is None:
                 self._compaction = spark_compaction(spark)
-            timings["compact"] = compact_written_tables(h.sink, applier.written_tables, cfg.sink.compaction,
-                                                        self._compaction, h._meta, batch_id)
-            if counts["error"] + n_values + implausible:  # the dead-letter table too, when it was written
-                from .batch_handler import DEAD_LETTER_IDENT
-                timings["compact"] += compact_written_tables(h.dead_letters, [DEAD_LETTER_IDENT], cfg.sink.compaction,
-                                                             self._compaction, h._meta, batch_id)
+            timings["compact"] = h._compact(applier.written_tables, bool(counts["error"] + n_values + implausible),
+                                            self._compaction, batch_id)
             # now and then; batch 0 too, the first after a reset (the old epoch's rows are never read again)
             if staged_batch is not None and batch_id % 16 == 0:
                 self._clean_staging(spark, meta["staging_batch"], meta["staging_app"])
