@@ -28,7 +28,7 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from ..errors import SinkError
-from .sink import read_table, run_commit
+from .sink import run_commit
 
 __all__ = ["JournalEntry", "DDLJournal", "JOURNAL_FORMAT"]
 
@@ -100,10 +100,11 @@ class DDLJournal:
     def load(self, app_id: str, batch_id: int) -> JournalEntry | None:
         """The entry of ``batch_id`` written under ``app_id``, or ``None`` (none, or another batch's)."""
         try:
-            if self._table() is None:
+            dt = self._table()
+            if dt is None:
                 return None
-            rows = read_table(self.path, storage_options=self._storage_options).to_pylist()
-        except (DeltaError, OSError) as exc:
+            rows = pa.table(dt.scan()).to_pylist()  # (the scan read_table uses, on the table loaded here)
+        except (DeltaError, OSError, pa.ArrowException) as exc:
             raise SinkError(f"cannot read the DDL journal {self.path}: {exc}") from exc
         if len(rows) != 1:
             raise SinkError(f"DDL journal {self.path}: expected 1 row, found {len(rows)}")

@@ -57,6 +57,7 @@ class SparkCheckpoint:
     def __init__(self, location: str, spark: Any = None) -> None:
         self.location = location.rstrip("/")
         self._spark = spark
+        self._offsets: dict[int, list[str] | None] = {}
 
     def _read(self, leaf: str) -> str | None:
         path = f"{self.location}/{leaf}"
@@ -92,12 +93,18 @@ class SparkCheckpoint:
                 f"Spark checkpoint {self.location}/metadata is not Spark's query metadata: {exc}"
             ) from None
 
+    def _offset_lines(self, batch_id: int) -> list[str] | None:
+        """The lines of batch ``batch_id``'s offset log entry (read once per instance), ``None`` when absent."""
+        if batch_id not in self._offsets:
+            text = self._read(f"offsets/{batch_id}")
+            self._offsets[batch_id] = None if text is None else text.splitlines()
+        return self._offsets[batch_id]
+
     def batch_timestamp_ms(self, batch_id: int) -> int | None:
         """``batchTimestampMs`` of batch ``batch_id`` from the offset log, ``None`` when absent."""
-        text = self._read(f"offsets/{batch_id}")
-        if text is None:
+        lines = self._offset_lines(batch_id)
+        if lines is None:
             return None
-        lines = text.splitlines()
         try:
             value = json.loads(lines[1])["batchTimestampMs"]
         except (ValueError, KeyError, IndexError, TypeError):
@@ -105,12 +112,10 @@ class SparkCheckpoint:
             return None
         return int(value) if isinstance(value, int) and value >= 0 else None
 
-
     def _source_offsets(self, batch_id: int) -> dict[tuple[str, int], int] | None:
         """The end offsets per (topic, partition) of batch ``batch_id`` in the offset log (its one Kafka
         source), ``None`` when absent or not in that form."""
-        text = self._read(f"offsets/{batch_id}")
-        lines = text.splitlines() if text is not None else []
+        lines = self._offset_lines(batch_id) or []
         if len(lines) != 3:  # "v1", the batch metadata, one line per source (the job has one)
             return None
         try:

@@ -235,8 +235,6 @@ class SparkDeltaSink:
             if detail.partitionColumns:
                 writer = writer.partitionBy(*detail.partitionColumns)
             writer.save(dst)
-        except SinkError:
-            raise
         except Exception as exc:  # noqa: BLE001 - Spark's (Py4J, analysis) errors: the copy failed
             raise SinkError(f"cannot copy Delta table {src} to {dst}: {str(exc).splitlines()[0]}") from exc
 
