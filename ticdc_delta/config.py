@@ -568,6 +568,10 @@ class SinkConfig(_Model):
     # spark engine: a table with this many rows in a batch runs its rules in several tasks (key buckets,
     # ticdc_delta/core/key_buckets.py); 0: never
     split_rows: Annotated[int, Field(ge=0)] = 4096
+    # spark engine: in a batch that applies no DDL, a table with this many rows (new and held) whose rows allow it
+    # is converted to its typed columns row by row and collapsed per key by Spark instead of running its
+    # rules in Python per table (ticdc_delta/spark/columnar.py); 0: never
+    columnar_rows: Annotated[int, Field(ge=0)] = 4096
     # spark engine: retries of a MERGE/append that lost to another writer before exit 75
     conflict_retries: Annotated[int, Field(ge=0, le=100)] = 5
     # spark engine: MODIFY COLUMN widens in place with Delta type widening (tables get the typeWidening

@@ -37,10 +37,10 @@ PROTOCOLS = {
 
 
 def _stream(broker: Any, topic: str, protocol: str, tmp: Path, *, events: int, seed: int = 3,
-            partitions: int = 3, tables: int = 3) -> tuple[Any, dict[str, Any]]:
-    """Simulate into ``topic``; returns the oracle and the source section of the job config."""
+            partitions: int = 3, tables: int = 3, **extra: Any) -> tuple[Any, dict[str, Any]]:
+    """Simulate into ``topic`` (``extra``: more of :class:`~ticdc_delta.simulator.Simulation`'s arguments);
+    returns the oracle and the source section of the job config."""
     options = PROTOCOLS[protocol]
-    extra: dict[str, Any] = {}
     if protocol == "avro":
         from ticdc_delta.codec.avro import AvroSchemas
 

@@ -14,6 +14,7 @@ six kills (each test takes minutes on 2 cores: a fresh job process and JVM per k
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -28,6 +29,7 @@ import yaml
 from deltalake import DeltaTable
 
 from ticdc_delta.config import load_config
+from ticdc_delta.delta.sink import STEPS_PER_BATCH
 from ticdc_delta.simulator import simulate
 from ticdc_delta.simulator.oracle import OracleColumn, TableOracle
 from ticdc_delta.simulator.output import KafkaSink
@@ -104,7 +106,8 @@ def _version_rows(path: str, version: int, names: list[str], key: tuple[str, ...
     return out
 
 
-def test_every_delta_version_is_an_upstream_state(broker: Any, spark: Any, tmp_path: Path, unique_name: Any) -> None:
+def test_every_delta_version_is_an_upstream_state(broker: Any, spark: Any, tmp_path: Path, unique_name: Any,
+                                                  progress: Any) -> None:
     """Small micro-batches (rows held for the slowest partition, duplicates, a replay, PK changes split
     into DELETE + INSERT, ADD COLUMN): each version of each table equals the upstream table after one of
     its transactions, and the versions follow the upstream order."""
@@ -114,9 +117,11 @@ def test_every_delta_version_is_an_upstream_state(broker: Any, spark: Any, tmp_p
     oracle, source = _stream(broker, topic, "open-protocol", tmp_path, events=events, seed=seed, tables=tables)
     assert oracle.counts["pk_change_splits"] > 0
     source["max_offsets_per_trigger"] = max(10, oracle.counts["messages"] // per_batch)
-    cfg = _config(tmp_path, "job", source, "spark")
+    # batches that apply no DDL on the columnar path (collapsed by Spark), the others on the record path
+    cfg = _config(tmp_path, "job", source, "spark", sink={"columnar_rows": 1})
     assert run_job(cfg, once=True, spark=spark) >= per_batch
     _assert_matches(cfg, oracle)
+    assert any(line.get("columnar_tables") for line in progress.lines)
 
     history = _upstream_history(seed, events, tables)
     assert sorted(history) == sorted(oracle.tables)
@@ -246,31 +251,37 @@ def _commits(lake: Path) -> int:
 # --- 4. another writer's commit during a MERGE -----------------------------------------------------------
 
 
-def test_spark_engine_retries_a_conflict_with_another_writer(broker: Any, spark: Any, tmp_path: Path,
+@pytest.mark.parametrize("path", ["records", "columnar"])
+def test_spark_engine_retries_a_conflict_with_another_writer(path: str, broker: Any, spark: Any, tmp_path: Path,
                                                              unique_name: Any, monkeypatch: pytest.MonkeyPatch,
-                                                             caplog: pytest.LogCaptureFixture) -> None:
+                                                             caplog: pytest.LogCaptureFixture, progress: Any) -> None:
     """Another writer (delta-rs) changes a target table's metadata while a MERGE into it runs (the engine's
     test hook, on the executor, between the MERGE's snapshot and its commit): Delta refuses the MERGE's
-    commit, the engine retries it, and the tables equal the oracle with every transaction once."""
+    commit, the engine retries it, and the tables equal the oracle with every transaction once — whether
+    the MERGE's source comes from the record path or the columnar path."""
     topic = unique_name("conflict")
     oracle, source = _stream(broker, topic, "canal-json", tmp_path, events=300, seed=31)
-    source["max_offsets_per_trigger"] = max(50, oracle.counts["messages"] // 3)
-    cfg = _config(tmp_path, "job", source, "spark")
+    # the columnar path takes only batches that apply no DDL: smaller ones for it, so that some do
+    source["max_offsets_per_trigger"] = max(30, oracle.counts["messages"] // (6 if path == "columnar" else 3))
+    cfg = _config(tmp_path, "job", source, "spark", sink={"columnar_rows": 1 if path == "columnar" else 0})
     marker_dir = tmp_path / "other-writer"
     marker_dir.mkdir()
     marker = str(marker_dir / "committed")
 
-    def other_writer(path: str) -> None:  # runs on an executor: once, on the first MERGE with data to read
-        import os as _os
+    def other_writer(table: str, source: str) -> None:  # on an executor: once, on the first MERGE with data to
+        import os as _os                                # read whose source comes from the path under test
 
         from deltalake import DeltaTable as _DeltaTable
 
+        if source != path:
+            return
         try:
             fd = _os.open(marker, _os.O_CREAT | _os.O_EXCL | _os.O_WRONLY)
         except FileExistsError:
             return
+        _os.write(fd, table.encode())
         _os.close(fd)
-        _DeltaTable(path).alter.set_table_description("changed by another writer during a MERGE")
+        _DeltaTable(table).alter.set_table_description("changed by another writer during a MERGE")
 
     monkeypatch.setattr(spark_engine, "MERGE_SOURCE_HOOK", other_writer)
     with caplog.at_level("WARNING", logger="ticdc_delta.spark.engine"):
@@ -281,3 +292,13 @@ def test_spark_engine_retries_a_conflict_with_another_writer(broker: Any, spark:
     assert any("merge into" in c for c in conflicts), conflicts
     _assert_matches(cfg, oracle)
     _assert_each_txn_committed_once(tmp_path / "job" / "lake")
+    # the retried MERGE is the commit after the other writer's: its batch took the path under test
+    table = Path(Path(marker).read_text())
+    commits = [[json.loads(line) for line in c.read_text().splitlines()]
+               for c in sorted((table / "_delta_log").glob("*.json"))]
+    other = next(i for i, actions in enumerate(commits) if any(
+        a.get("metaData", {}).get("description") for a in actions))
+    txn = next(a["txn"] for a in commits[other + 1] if "txn" in a)
+    line = next(line for line in progress.lines if line["batch_id"] == txn["version"] // STEPS_PER_BATCH)
+    name = f"{table.parent.name}.{table.name}"
+    assert (name in line.get("columnar_tables", [])) == (path == "columnar"), (name, line)

@@ -35,7 +35,16 @@ from .records import ChangeRecord, DDLRecord, Record
 from .snapshot_seam import SnapshotSeam
 from .ts_guard import TsGuard
 
-__all__ = ["TableRules", "TableOutcome", "plan_coordination"]
+__all__ = ["TableRules", "TableOutcome", "plan_coordination", "RELEASED", "HELD", "SNAPSHOT", "REPLAY"]
+
+RELEASED = "released"
+"""A row applied in this batch (:meth:`TableRules.place`)."""
+HELD = "held"
+"""A row held for a later batch: its commit ts is past its topic's watermark."""
+SNAPSHOT = "snapshot"
+"""A row its table's snapshot already holds (dropped)."""
+REPLAY = "replay"
+"""A row below its partition's watermark at its offset: a replay (dropped)."""
 
 
 @dataclass
@@ -117,45 +126,29 @@ class TableRules:
         """
         out = TableOutcome()
         fold = (lambda r: r) if self.case_sensitive else _fold
-        candidates: list[ChangeRecord] = []
+        released: list[ChangeRecord] = []
 
         def counted(rec: ChangeRecord) -> bool:
             return not secondary or (rec.topic, rec.partition, rec.offset, rec.idx) not in secondary
 
-        for rec in (fold(r) for r in held):
-            if self.seam and self.seam.covers(rec):
-                out.snapshot_dropped += counted(rec)
-            else:
-                candidates.append(rec)
-        for rec in sorted((fold(r) for r in new), key=_order):
-            if self.guard is not None:
-                reason = self.guard.check(rec.commit_ts, f"{rec.kind} commit ts")
-                if reason is not None:
-                    if counted(rec):
-                        out.rejected.append(RejectedTs(rec.topic, rec.partition, rec.offset, rec.idx, rec.kind,
-                                                       rec.commit_ts, reason))  # type: ignore[arg-type]
-                    continue
-            if self.seam and self.seam.covers(rec):  # the table's snapshot holds it (core/snapshot_seam)
-                out.snapshot_dropped += counted(rec)
-                continue
-            if self.mode == WATERMARK:
-                wm = self.partition_watermark(rec.topic, rec.partition, rec.offset, rec.idx)
-                if wm is not None and rec.commit_ts is not None and rec.commit_ts < wm:
-                    out.replays += counted(rec)
-                    continue
-            candidates.append(rec)
-        if self.mode == WATERMARK:
-            released = []
-            for rec in candidates:
-                upto = self.topic_watermarks.get(rec.topic)
-                if upto is not None and (rec.commit_ts or 0) <= upto:
-                    released.append(rec)
-                elif counted(rec):
+        for rec, is_held in [*((fold(r), True) for r in held), *((r, False) for r in sorted(map(fold, new), key=_order))]:
+            where = self.place(rec, held=is_held)
+            if where == RELEASED:
+                released.append(rec)
+            elif where == HELD:
+                if counted(rec):
                     out.held.append(rec)
+            elif where == SNAPSHOT:
+                out.snapshot_dropped += counted(rec)
+            elif where == REPLAY:
+                out.replays += counted(rec)
+            elif counted(rec):  # a RejectedTs
+                out.rejected.append(where)  # type: ignore[arg-type]
+        if self.mode == WATERMARK:
             released.sort(key=apply_order)
             out.held.sort(key=apply_order)
         else:
-            released = sorted(candidates, key=_order)
+            released.sort(key=_order)
         out.released = sum(map(counted, released)) if secondary else len(released)
         order = self._ddl_order
         own = self._own_steps(released[0]) if released and self.concerns is not None else None
@@ -180,6 +173,31 @@ class TableRules:
             if screen is not None and seg < len(self.ddl_steps):
                 screen.ddl(self.ddl_steps[seg])
         return out
+
+    def place(self, rec: ChangeRecord, *, held: bool = False) -> "str | RejectedTs":
+        """Where one row of this batch goes, decided by the row alone (its names folded as the rules fold
+        them): :data:`RELEASED` (applied now), :data:`HELD` (its commit ts is past its topic's watermark),
+        :data:`SNAPSHOT` (its table's snapshot holds it), :data:`REPLAY` (below its partition's watermark
+        at its offset), or the :class:`~.batch_planner.RejectedTs` of an implausible commit ts. ``held``:
+        the row was held by an earlier batch, so it was already checked for plausibility and replay.
+
+        Both engines' per-table rules place every row with it; what is then done with the released rows
+        (the value screen, the collapse per key) depends on the others of their table."""
+        if not held and self.guard is not None:
+            reason = self.guard.check(rec.commit_ts, f"{rec.kind} commit ts")
+            if reason is not None:
+                return RejectedTs(rec.topic, rec.partition, rec.offset, rec.idx, rec.kind, rec.commit_ts,  # type: ignore[arg-type]
+                                  reason)
+        if self.seam and self.seam.covers(rec):  # the table's snapshot holds it (core/snapshot_seam)
+            return SNAPSHOT
+        if self.mode != WATERMARK:
+            return RELEASED
+        if not held:
+            wm = self.partition_watermark(rec.topic, rec.partition, rec.offset, rec.idx)
+            if wm is not None and rec.commit_ts is not None and rec.commit_ts < wm:
+                return REPLAY
+        upto = self.topic_watermarks.get(rec.topic)
+        return RELEASED if upto is not None and (rec.commit_ts or 0) <= upto else HELD
 
     def _own_steps(self, rec: ChangeRecord) -> list[int]:
         """The indexes of the DDL steps that can change ``rec``'s table (``concerns``), ascending."""

@@ -298,14 +298,34 @@ class ValueScreen:
 
     def check(self, rec: ChangeRecord) -> Rejection | None:
         """The rejection of ``rec``, or ``None`` when all of it can be written."""
+        found = self._screen(rec, False)
+        return found if found.__class__ is Rejection else None  # type: ignore[return-value]
+
+    def convert(self, rec: ChangeRecord) -> Rejection | tuple[list[Any] | None, list[Any] | None]:
+        """The values of ``rec``'s new and old images (``None`` for an image it lacks) as its table's Delta
+        columns take them — what a MERGE writes: :func:`~.arrow_types.converter_for` of each value, in the
+        image's column order — or its :class:`Rejection` when one of them cannot be written. The screen's
+        checks convert as they check (:meth:`check` is this without the values).
+
+        Raises:
+            SinkError: a DECIMAL of a schema whose type parameters a DDL of the batch made unknown: its
+                value is checked, but only the MERGE can convert it (never for a batch without DDL).
+        """
+        return self._screen(rec, True)
+
+    def _screen(self, rec: ChangeRecord, converting: bool) -> Rejection | tuple[list[Any] | None, list[Any] | None]:
         if self._table_problem is not None:
             reason = self._table_problem(rec.schema, rec.table)
             if reason:
                 return self._reject(rec, None, None, reason)
         schema, table = rec.schema, rec.table
+        out: list[list[Any] | None] = []
         for image in (rec.new, rec.old):
-            if not image:
+            if image is None:
+                out.append(None)
                 continue
+            values: list[Any] = []
+            out.append(values)
             # the checks of an image's columns, looked up once per layout (the images of a table share a few)
             layout = (schema, table, tuple(map(_COLUMN, image)))
             checks = self._layouts.get(layout)
@@ -316,12 +336,16 @@ class ValueScreen:
                     return self._reject(rec, column[0], column[0], check)
                 value = column[3]
                 if value is None:
+                    values.append(None)
                     continue
                 try:
-                    check(value)
+                    values.append(check(value))
                 except SinkError as exc:
                     return self._reject(rec, column[0], value, str(exc))
-        return None
+                if converting and check is _decimal_number:
+                    raise SinkError(f"{schema}.{table}.{column[0]}: the DECIMAL's type parameters are unknown "
+                                    "until the DDL replay; only the MERGE converts its values")
+        return out[0], out[1]
 
     def _column_check(self, schema: str, table: str, name: Any, type_code: int, flags: int) -> Callable[[Any], Any] | str:
         key = (schema, table, name, type_code, flags)

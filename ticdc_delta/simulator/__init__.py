@@ -71,6 +71,8 @@ class Simulation:
         max_rows_per_table: cap on live rows per table (bounds memory; updates and deletes dominate
             once a table is full).
         resolved_interval: commits between resolved ts on the fastest partition.
+        add_columns: some tables get ``ALTER TABLE ... ADD COLUMN`` at 30 % and 70 % of the stream; without
+            it the only DDL are the ``CREATE`` statements at its start.
 
     Raises:
         ValueError: a bad argument or option.
@@ -91,6 +93,7 @@ class Simulation:
         topic: str | None = None,
         max_rows_per_table: int = 2000,
         resolved_interval: int = 6,
+        add_columns: bool = True,
     ) -> None:
         self.protocol = protocol
         self.options = {str(k): str(v) for k, v in (options or {}).items()}
@@ -107,7 +110,7 @@ class Simulation:
             if topic and "topic" not in encoder_options:
                 encoder_options["topic"] = topic  # TopicNameStrategy subjects
         self.schemas = schemas
-        self.workload = Workload(seed, events, tables, max_rows_per_table=max_rows_per_table)
+        self.workload = Workload(seed, events, tables, max_rows_per_table=max_rows_per_table, add_columns=add_columns)
         self.stream = TiCDCStream(
             self.workload, protocol, encoder_options, partitions, seed=seed, duplicate_rate=duplicate_rate,
             replay=replay, schemas=schemas, resolved_interval=resolved_interval,

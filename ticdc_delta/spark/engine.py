@@ -14,7 +14,10 @@ batch the state holds and built the ts guard):
    drop, release up to the topic watermark, DDL segment, value screen, collapse per key. A table with
    ``sink.split_rows`` rows or more is grouped by table and key bucket (:mod:`ticdc_delta.core.key_buckets`)
    when the layouts the decoder reports allow it. Out come the final changes per (table, segment), the
-   rows still held, and per table (bucket) a few counters.
+   rows still held, and per table (bucket) a few counters. In a batch that applies no DDL, a table with
+   ``sink.columnar_rows`` rows or more takes the columnar path instead (:mod:`~ticdc_delta.spark.columnar`):
+   its rows are placed, screened and converted to typed columns one by one, and Spark collapses them per
+   key — the same final changes, without Python in the collapse or the MERGE.
 4. Per segment, every table's final changes are applied with **one** ``DeltaTable.merge`` (tables of a
    segment concurrently, one Spark session per thread); a table's rows are split only by the DDL that can
    change it (:func:`~ticdc_delta.delta.ddl_replay.ddl_tables`), so a batch with DDL on other tables still
@@ -63,6 +66,9 @@ from ..delta.state_store import PipelineState
 from ..delta.value_check import ValueScreen
 from ..errors import ConcurrentCommitError, DecodeError, TerminalError
 from ..locations import child_location, fold_name
+from .columnar import (
+    CHANGE, ColumnarTable, collapse_changes, columnar_fn, columnar_schema, columnar_tables, final_counts, merge_source,
+)
 from .decode import LAYOUT, NAMED_SCHEMA, SPAN, few_tasks, make_decode_fn, spark_ddl
 from .delta_sink import SparkDeltaSink
 
@@ -94,11 +100,13 @@ _CONFLICTS = (
 )
 
 
-MERGE_SOURCE_HOOK: Callable[[str], None] | None = None
-"""A test hook, ``None`` in production: called with the target table's path on the executors that convert
-a MERGE's source rows, that is after the MERGE has read its snapshot of the target and before it commits.
-A commit another writer makes there conflicts with the MERGE every time (the conflict tests). Must be
-picklable (it travels to the executors in the source's closure)."""
+MERGE_SOURCE_HOOK: Callable[[str, str], None] | None = None
+"""A test hook, ``None`` in production: called with the target table's path and where the MERGE's source
+comes from (``"records"``: the record path's final changes, converted there; ``"columnar"``: the columnar
+path's, read through a pass that only calls the hook) on the executors that read a MERGE's source rows,
+that is after the MERGE has read its snapshot of the target and before it commits. A commit another writer
+makes there conflicts with the MERGE every time (the conflict tests). Must be picklable (it travels to
+the executors in the source's closure)."""
 
 
 def staging_path(checkpoint: str) -> str:
@@ -437,6 +445,41 @@ def _add_meta(metas: dict[tuple[int, str, str], dict], at: tuple[int, str, str],
         found["last_ts"] = meta["last_ts"] if found["last_ts"] is None else max(found["last_ts"], meta["last_ts"])
 
 
+_SIDE_COLUMNS = ("schema", "table", "kind", "seg", "commit_ts", "payload", "sig", "hashes")
+
+
+def _side_rows(out: Any, typed: dict[tuple[str, str], Any]) -> Any:
+    """The rows both paths leave besides the typed changes the columnar path MERGEs, in the record path's
+    columns (:data:`_SIDE_COLUMNS`): ``out`` (the record path's, ``None``: none) and every columnar table's
+    held rows, refusals and summaries (``typed``: table -> its :func:`~.columnar.columnar_fn` rows). What
+    the driver collects, the dead letters and the staging append read it. ``None`` when there is neither."""
+    from pyspark.sql import functions as F
+
+    frames = [] if out is None else [out.select(*_SIDE_COLUMNS)]
+    for (schema, table), conv in typed.items():
+        frames.append(conv.filter(F.col("_kind") != CHANGE).select(
+            F.lit(schema).alias("schema"), F.lit(table).alias("table"), F.col("_kind").alias("kind"),
+            F.lit(0).alias("seg"), F.col("_commit_ts").alias("commit_ts"), F.col("_payload").alias("payload"),
+            F.col("_sig").alias("sig"), F.col("_hashes").alias("hashes")))
+    return functools.reduce(lambda a, b: a.unionByName(b), frames) if frames else None
+
+
+def _spark_schema(arrow: pa.Schema) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow, prefer_timestamp_ntz=True)
+
+
+def _calling(on_read: Callable[[], None]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function that calls ``on_read`` (:data:`MERGE_SOURCE_HOOK`), then passes its rows on."""
+
+    def call(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        on_read()
+        yield from batches
+
+    return call
+
+
 def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
@@ -571,6 +614,8 @@ class SparkEngine:
                    .mapInArrow(make_decode_fn(spec, names=names, spans=True, keys=keys), NAMED_SCHEMA)
                    .persist(StorageLevel.MEMORY_AND_DISK))
         out = view = None
+        persisted: list[Any] = []  # the columnar path's frames, unpersisted with ``decoded`` and ``out``
+        views: list[str] = []  # the global views of the columnar path's final changes (dropped at the end)
         try:
             # 1. small things to the driver: the decoder's span rows, the DDL and the resolved marks (a filter
             # of the decoded rows, which this pass caches; no second Python pass over them)
@@ -651,13 +696,32 @@ class SparkEngine:
                         held_layouts.append([folded.schema, folded.table, [routing.signature], 1])
                 rows = rows.unionByName(spark.createDataFrame(
                     held_data, "schema string, table string, held boolean, payload binary, sig long, hashes array<long>"))
-            split = _split_tables(spark, layouts, held_layouts, cfg.sink.split_rows, keys)
             policy = h._ddl_handler.policy if h._ddl_handler is not None else _evolve_all
             has_ddl = bool(ddl) or any(isinstance(r, DDLRecord) for r in state.held)
             job = _TableJob(rules, _ConfiguredKeys(cfg), h._catalog.to_json(), cfg.sink.source_timezone, policy,
                             cfg.case_sensitive, None if has_ddl else _DeltaColumnTypes(cfg))
-            out = self._group_rules(spark, rows, split, job).persist(StorageLevel.MEMORY_AND_DISK)
-            small = out.filter(F.col("kind").isin(*_SMALL_KINDS)).collect()
+            # the tables whose rows take the columnar path (spark/columnar.py); the others the record path
+            # (in a batch that applies no DDL: a DDL would cut a table's rows into segments)
+            columnar = {} if rules.ddl_steps else columnar_tables(layouts, held_layouts, keys, h._catalog.params,
+                                                                  cfg.sink.columnar_rows)
+            record_rows = rows
+            if columnar:
+                record_rows = rows.filter(~F.concat_ws("\0", "schema", "table").isin(
+                    *[f"{schema}\0{table}" for schema, table in columnar]))
+            split = {ident: n for ident, n in _split_tables(spark, layouts, held_layouts, cfg.sink.split_rows,
+                                                            keys).items() if ident not in columnar}
+            tables = set(layouts) | {(schema, table) for schema, table, _, _ in held_layouts or ()}
+            if held_layouts is None or not tables <= set(columnar):  # rows of a table the record path takes
+                out = self._group_rules(spark, record_rows, split, job).persist(StorageLevel.MEMORY_AND_DISK)
+            typed = {ident: rows.filter((F.col("schema") == ident[0]) & (F.col("table") == ident[1]))
+                     .select("held", "payload")
+                     .mapInArrow(columnar_fn(job, table), _spark_schema(columnar_schema(table)))
+                     .persist(StorageLevel.MEMORY_AND_DISK)
+                     for ident, table in columnar.items()}
+            persisted.extend(typed.values())
+            # what the record path and the columnar path leave besides the changes they MERGE, in one frame
+            side = _side_rows(out, typed)
+            small = side.filter(F.col("kind").isin(*_SMALL_KINDS)).collect() if side is not None else []
             n_values = 0  # changes the value screen refused: they stay on the executors
             metas: dict[int, list[tuple[str, str, dict]]] = {}
             rows_rejected = 0  # rows the ts guard refused: they stay on the executors too
@@ -685,18 +749,21 @@ class SparkEngine:
                         found[1] += value["held"]
             for (seg, schema, table), value in table_metas.items():
                 metas.setdefault(seg, []).append((schema, table, value))
+            if typed:  # the columnar path's final changes: collapsed by Spark (no DDL: one segment)
+                for ident, meta in self._collapse_typed(typed, columnar, views, persisted).items():
+                    metas.setdefault(0, []).append((*ident, meta))
             timings["plan"] = time.monotonic() - t_plan
             implausible = len(plan.rejected) + rows_rejected
             if implausible:
-                self._dead_letter_implausible(batch_df, out, plan.rejected, implausible, batch_id)
+                self._dead_letter_implausible(batch_df, side, plan.rejected, implausible, batch_id)
             if n_values:
-                self._dead_letter_values(out, n_values, batch_id)
+                self._dead_letter_values(side, n_values, batch_id)
 
             # 5. MERGE per table per segment, DDL between segments (after the previous batch's snapshot
             # warm-up, which ran while this batch was read, decoded and planned)
             self._join_warming()
             t_apply = time.monotonic()
-            if metas:
+            if metas and out is not None:
                 # the MERGEs' threads read ``out`` through a global view (a DataFrame belongs to one
                 # session). Dropping a view uncaches its plan, which is ``out``'s: it is dropped last
                 # (below), after the staging append has read ``out`` too
@@ -709,7 +776,7 @@ class SparkEngine:
             t_state = time.monotonic()
             rows_held = held - len(plan.state.held)
             if rows_held:
-                staged_rows = out.filter(F.col("kind") == "held").select(
+                staged_rows = side.filter(F.col("kind") == "held").select(
                     F.lit(batch_id).cast("long").alias("held_at"), "schema", "table", "commit_ts", "payload",
                     F.lit(h._app_id).alias("app"), "sig", "hashes")
                 if rows_held <= _ONE_STAGING_FILE:
@@ -754,16 +821,47 @@ class SparkEngine:
             progress = _Progress(dict(plan.topic_watermarks), held, replays, plan.snapshot_dropped)
             h._progress(batch_id, offsets, counts, progress, result, counts["error"] + n_values,
                         time.monotonic() - started, timings, values=n_values, implausible=implausible,
-                        split={f"{schema}.{table}": n for (schema, table), n in sorted(split.items())})
+                        split={f"{schema}.{table}": n for (schema, table), n in sorted(split.items())},
+                        columnar=[f"{schema}.{table}" for schema, table in sorted(columnar)])
             self._warm_snapshots(spark, [applier.sink.table_path(t.schema, t.table) for t in applier.written_tables]
                                  + ([self.staging] if rows_held else []))
         finally:
-            if view is not None:
-                spark.catalog.dropGlobalTempView(view)
+            for name in ([view] if view is not None else []) + views:
+                spark.catalog.dropGlobalTempView(name)
             decoded.unpersist()
-            if out is not None:
-                out.unpersist()
+            for frame in ([out] if out is not None else []) + persisted:
+                frame.unpersist()
 
+
+    def _collapse_typed(self, typed: dict[tuple[str, str], Any], columnar: dict[tuple[str, str], ColumnarTable],
+                        views: list[str], persisted: list[Any]) -> dict[tuple[str, str], dict]:
+        """The columnar path's final changes per table (:func:`~.columnar.collapse_changes`, kept on the
+        executors and reachable from the MERGE threads' sessions through a global view each, added to
+        ``views``), and the meta of each table with any (one Spark job for all of them's counts)."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        finals = {}
+        for ident, conv in typed.items():
+            frame = collapse_changes(conv, columnar[ident], watermark=self.h.mode == WATERMARK)
+            finals[ident] = frame.persist(StorageLevel.MEMORY_AND_DISK)
+            persisted.append(finals[ident])
+        counts = functools.reduce(lambda a, b: a.unionByName(b), [
+            final_counts(frame).select(F.lit(schema).alias("schema"), F.lit(table).alias("table"), "*")
+            for (schema, table), frame in finals.items()])
+        metas = {}
+        for r in counts.collect():
+            if not r["rows"]:
+                continue
+            ident = (r["schema"], r["table"])
+            table = columnar[ident]
+            view = f"ticdc_final_{uuid.uuid4().hex}"
+            finals[ident].createOrReplaceGlobalTempView(view)
+            views.append(view)
+            metas[ident] = {"keys": table.key, "col_types": [(n, (t, f)) for n, t, f in table.columns[:r["width"]]],
+                            "rows": r["rows"], "deleted": r["deleted"], "last_ts": r["last_ts"],
+                            "columnar": (view, table)}
+        return metas
 
     def _group_rules(self, spark: Any, rows: Any, split: dict[tuple[str, str], int], job: _TableJob) -> Any:
         """The per-table rules over ``rows``: one group per table, or per (table, key bucket) for the
@@ -982,11 +1080,16 @@ class SparkEngine:
         if mc and upserts:
             arrow_fields += [pa.field(mc[0], pa.int64()), pa.field(mc[1], pa.string())]
         arrow_fields.append(pa.field(OP_COLUMN, pa.string()))
+        columnar = None
+        if "columnar" in meta:  # the final changes' view, and which of its c<i> is which target column
+            view, typed = meta["columnar"]
+            at = {c[0]: i for i, c in enumerate(typed.columns)}
+            columnar = (view, [(at[src], f.name, f.type) for (src, _, _, _, _), f in zip(fields, arrow_fields)])
         return {
             "ident": ident, "seg": seg, "path": applier.sink.table_path(schema, table),
             "fields": [(src, src, t, f, p) for src, _, t, f, p in fields], "arrow": pa.schema(arrow_fields),
             "keys": [have.get(k.lower(), k) for k in keys], "upserts": upserts, "meta": mc,
-            "txn": applier.next_txn(ident, batch_id),
+            "txn": applier.next_txn(ident, batch_id), "columnar": columnar,
         }
 
     def _merge_all(self, spark: Any, view: str | None, tasks: list[dict], merged: list[bool], batch_id: int) -> None:
@@ -1034,14 +1137,22 @@ class SparkEngine:
         ident = task["ident"]
         arrow: pa.Schema = task["arrow"]
         hook = MERGE_SOURCE_HOOK
-        on_read = None if hook is None else functools.partial(hook, task["path"])
-        source = (session.table(f"global_temp.{view}")
-                  .filter((F.col("kind") == "change") & (F.col("schema") == ident.schema)
-                          & (F.col("table") == ident.table) & (F.col("seg") == task["seg"]))
-                  .select("payload")
-                  .mapInArrow(_typed_fn(task["fields"], task["meta"], task["upserts"], self.cfg.sink.source_timezone,
-                                        arrow, on_read),
-                              from_arrow_schema(arrow, prefer_timestamp_ntz=True)))
+        on_read = None if hook is None else functools.partial(
+            hook, task["path"], "records" if task["columnar"] is None else "columnar")
+        if task["columnar"] is not None:  # the columnar path's final changes, typed and kept already
+            final_view, targets = task["columnar"]
+            source = merge_source(session.table(f"global_temp.{final_view}"), targets,
+                                  task["meta"] if task["upserts"] else None)
+            if on_read is not None:
+                source = source.mapInArrow(_calling(on_read), source.schema)
+        else:
+            source = (session.table(f"global_temp.{view}")
+                      .filter((F.col("kind") == "change") & (F.col("schema") == ident.schema)
+                              & (F.col("table") == ident.table) & (F.col("seg") == task["seg"]))
+                      .select("payload")
+                      .mapInArrow(_typed_fn(task["fields"], task["meta"], task["upserts"],
+                                            self.cfg.sink.source_timezone, arrow, on_read),
+                                  from_arrow_schema(arrow, prefer_timestamp_ntz=True)))
         columns = [f.name for f in arrow if f.name != OP_COLUMN]
         cond = " AND ".join(f"t.{_quote(k)} <=> s.{_quote(k)}" for k in task["keys"])
         op = f"s.{_quote(OP_COLUMN)}"
@@ -1056,8 +1167,10 @@ class SparkEngine:
                 session.conf.set(MATERIALIZE_SOURCE_CONF, "none")
             # Delta reads a MERGE's source twice (the files it touches, then the rows it writes): the
             # converted rows are kept after the first read instead of converted again (per attempt, so a
-            # retried MERGE converts them after its new snapshot of the target, as the hook expects)
-            cached = source.persist(StorageLevel.MEMORY_AND_DISK)
+            # retried MERGE converts them after its new snapshot of the target, as the hook expects); the
+            # columnar path's final changes are kept already
+            converted = task["columnar"] is None
+            cached = source.persist(StorageLevel.MEMORY_AND_DISK) if converted else source
             try:
                 (DeltaTable.forPath(session, task["path"]).alias("t").merge(cached.alias("s"), cond)
                  .whenMatchedDelete(f"{op} = '{OP_DELETE}'")
@@ -1065,7 +1178,8 @@ class SparkEngine:
                  .whenNotMatchedInsert(f"{op} = '{OP_UPSERT}'", assign)
                  .execute())
             finally:
-                cached.unpersist()
+                if converted:
+                    cached.unpersist()
                 session.conf.unset(TXN_APP_ID_CONF)
                 session.conf.unset(TXN_VERSION_CONF)
                 if ours:

@@ -1,0 +1,288 @@
+"""The ``spark`` engine's columnar path: a table's rows as typed columns, collapsed per key by Spark itself.
+
+The record path (:func:`~ticdc_delta.spark.engine._table_fn`) runs every rule of a table in one Python
+function per table (or key bucket): the rows are shuffled to it as pickled records, the final changes
+leave it as pickles again, and the MERGE converts them to the table's types in one more Python pass. Most
+of a micro-batch's time went there. Yet every rule but the collapse decides each row alone
+(:meth:`~ticdc_delta.core.table_rules.TableRules.place`, the value screen), and the collapse — the last
+change of each key in apply order, an update that changes the key deleting the old one — is a
+``max_by`` per key, which Spark computes without Python. So for a table whose rows allow it:
+
+1. one Python pass per row, where the decoded rows are (no shuffle): the row is placed (released, held,
+   replay, covered by the snapshot, implausible ts) and a released one is screened and converted at once
+   (:meth:`~ticdc_delta.delta.value_check.ValueScreen.convert`: what the MERGE writes) into the table's
+   typed columns — two rows for an update that changes the key (the old key's delete, the new key's
+   upsert); held rows keep their record for the staging table, refusals their reason;
+2. :func:`collapse_changes`: ``groupBy(key).max_by(row, apply order)`` in the JVM;
+3. the collapsed rows are the MERGE's source as they are (no Python in the MERGE).
+
+Which tables: :func:`columnar_tables` — in a batch that applies no DDL (a DDL would cut the rows into
+segments and may change type parameters between them), a table with ``sink.columnar_rows`` rows or more
+whose records' layouts are all known and
+:func:`~ticdc_delta.core.key_buckets.splittable` (every image names the same key, a column keeps one type,
+the images' columns are prefixes of one order — so a row's outcome depends on no other row, and every
+image's values sit at the same positions of one column list). Any other table takes the record path;
+both give the same final changes (``tests/spark/test_columnar.py``, the engines' parity tests).
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import pyarrow as pa
+
+from ..codec.model import Op
+from ..core.key_buckets import Layout, Router, splittable
+from ..core.merge import flagged_key
+from ..core.records import ChangeRecord, dump_record, load_record
+from ..core.table_rules import HELD, RELEASED, REPLAY, SNAPSHOT
+from ..delta.arrow_types import arrow_type_for
+from ..delta.sink import OP_COLUMN, OP_DELETE, OP_UPSERT
+from ..locations import fold_name
+
+__all__ = ["ColumnarTable", "columnar_tables", "columnar_schema", "columnar_fn", "collapse_changes",
+           "final_counts", "merge_source", "CHANGE", "SMALL_KINDS"]
+
+CHANGE = "change"
+"""The ``_kind`` of a typed change (the other kinds carry a ``_payload``: ``held``, ``rejection``,
+``rejected_ts``, ``summary``, ``error``, as the record path's rows do)."""
+SMALL_KINDS = ("summary", "error")
+"""The kinds the driver collects (one ``summary`` per Arrow batch: counts and held layouts)."""
+
+_META = pa.schema([
+    ("_kind", pa.string()), ("_commit_ts", pa.int64()), ("_topic", pa.string()), ("_partition", pa.int32()),
+    ("_offset", pa.int64()), ("_idx", pa.int32()), ("_op", pa.string()), ("_source_op", pa.string()),
+    ("_width", pa.int32()), ("_payload", pa.binary()), ("_sig", pa.int64()), ("_hashes", pa.list_(pa.int64())),
+])
+
+
+@dataclass(frozen=True)
+class ColumnarTable:
+    """One table of the columnar path (picklable, sent to the executors): its (folded) name, its columns
+    in the order every image lists a prefix of — ``(name, type code, flags)`` — their Delta (Arrow) types,
+    and the key (its columns' positions in ``columns``; ``None`` when an image lacks one: every released
+    row is then a :class:`~ticdc_delta.core.merge.MissingKeyError`, as in the record path)."""
+
+    schema: str
+    table: str
+    columns: tuple[tuple[str, int, int], ...]
+    types: tuple[pa.DataType, ...]
+    key: tuple[str, ...]
+
+    @property
+    def key_at(self) -> tuple[int, ...] | None:
+        names = [c[0] for c in self.columns]
+        return tuple(names.index(k) for k in self.key) if all(k in names for k in self.key) else None
+
+
+def columnar_tables(layouts: Mapping[tuple[str, str], Sequence[Any]], held: Sequence[Any] | None,
+                    keys: Callable[[str, str], Sequence[str] | None],
+                    params: Callable[[str, str, str], Any], min_rows: int) -> dict[tuple[str, str], ColumnarTable]:
+    """The tables of a batch that applies no DDL that take the columnar path: those with at least ``min_rows`` rows
+    (``sink.columnar_rows``; 0: none) whose records' layouts — of the new rows (``layouts``: table ->
+    ``[{signature: pickled`` :data:`~ticdc_delta.core.key_buckets.Layout` ``}, rows]``, from the decoder's
+    ``LAYOUT`` rows) and of the held ones (``held``: ``[schema, table, signatures, rows]`` entries; ``None``:
+    rows held without their layouts, so none) — are all known and
+    :func:`~ticdc_delta.core.key_buckets.splittable`. A smaller table takes the record path, whose one
+    Python task serves every small table of the batch at once. ``keys``: the configured key of a table (the
+    YAML mapping); ``params``: its columns' type parameters (the job's catalog)."""
+    if held is None or min_rows <= 0:
+        return {}
+    held_tables: dict[tuple[str, str], list[Any]] = {}
+    for schema, table, sigs, n in held:
+        found = held_tables.setdefault((schema, table), [set(), 0])
+        found[0].update(sigs)
+        found[1] += n
+    out = {}
+    for (schema, table), (found, n) in layouts.items():
+        held_sigs, held_rows = held_tables.get((schema, table), (set(), 0))
+        if n + held_rows < min_rows or not held_sigs <= set(found):
+            continue  # a small table, or held rows of a layout no new row has (unknown here)
+        decoded: list[Layout] = [pickle.loads(v) for v in found.values()]
+        override = keys(schema, table)
+        if not splittable(decoded, override):
+            continue
+        columns = max((image for lay in decoded for image in lay), key=len)
+        key = tuple(override) if override else flagged_key(columns)
+        if key is None:
+            continue
+        types = tuple(arrow_type_for(t, f, params(schema, table, name)) for name, t, f in columns)
+        out[(schema, table)] = ColumnarTable(schema, table, tuple(columns), types, key)
+    return out  # (a table with only held rows is not in ``layouts``: the record path)
+
+
+def columnar_schema(table: ColumnarTable) -> pa.Schema:
+    """The rows of :func:`columnar_fn`: the meta columns, then ``c0``, ``c1``, ... typed as the table's
+    columns (positional names: a column's own name may be anything)."""
+    return pa.schema([*_META, *(pa.field(f"c{i}", t) for i, t in enumerate(table.types))])
+
+
+def columnar_fn(job: Any, table: ColumnarTable) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of one table's rows (columns ``held``, ``payload`` of the record path's
+    input): per row its place (:meth:`~ticdc_delta.core.table_rules.TableRules.place`); a released row
+    screened and converted (``_kind`` :data:`CHANGE`: ``_op`` upsert or delete, the image's values in
+    ``c0``... up to its ``_width``, the rest null), a held row with its record and routing for the staging
+    table, a refused one with its reason; per Arrow batch one ``summary`` row of counts. ``job``: the
+    engine's per-batch rules (``rules``, ``keys``, ``catalog_json``, ``tz``, ``policy``, ``case_sensitive``,
+    ``delta_types``)."""
+    schema = columnar_schema(table)
+    names = tuple(c[0] for c in table.columns)
+    key_at = table.key_at
+    width_of: dict[tuple[str, ...], int] = {names[:n]: n for n in range(len(names) + 1)}
+    ident = f"{table.schema}.{table.table}"
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from ..delta.applier import TableCatalog
+        from ..delta.value_check import Rejection, ValueScreen
+
+        screen = ValueScreen(TableCatalog(job.catalog_json), job.tz, ddl_policy=job.policy,
+                             case_sensitive=job.case_sensitive, delta_type=job.delta_types)
+        router = Router(job.keys)
+        rules = job.rules
+        fold = (lambda r: r) if job.case_sensitive else _fold
+        widths: dict[Any, int] = {}  # an image's column names -> how many of the table's columns it holds
+
+        def width(image: tuple) -> int:
+            found = widths.get(cols := tuple(c[0] for c in image))
+            if found is None:
+                found = widths[cols] = width_of.get(cols, -1)
+                if found < 0:  # columnar_tables checked every layout: a bug, never written anywhere
+                    raise ValueError(f"{ident}: an image's columns {cols!r} are not a prefix of {names!r}")
+            return found
+
+        for batch in batches:
+            meta: dict[str, list[Any]] = {f.name: [] for f in _META}
+            typed: list[list[Any]] = [[] for _ in names]
+            counts = {"replays": 0, "held": 0, "released": 0, "rejections": 0, "snapshot_dropped": 0,
+                      "rejected_ts": 0}
+            held_sigs: set[int] = set()
+            failed = None
+
+            def emit(kind: str, rec: Any = None, op: Any = None, source_op: Any = None, values: Any = None,
+                     payload: Any = None, routing: Any = None) -> None:
+                meta["_kind"].append(kind)
+                for col, attr in (("_commit_ts", "commit_ts"), ("_topic", "topic"), ("_partition", "partition"),
+                                  ("_offset", "offset"), ("_idx", "idx")):
+                    meta[col].append(None if rec is None else getattr(rec, attr))
+                meta["_op"].append(op)
+                meta["_source_op"].append(source_op)
+                n = 0 if values is None else len(values)
+                meta["_width"].append(n)
+                meta["_payload"].append(payload)
+                meta["_sig"].append(None if routing is None else routing.signature)
+                meta["_hashes"].append(None if routing is None else routing.hashes)
+                for i, column in enumerate(typed):
+                    column.append(values[i] if i < n else None)
+
+            for is_held, payload in zip(batch.column("held").to_pylist(), batch.column("payload").to_pylist()):
+                rec: ChangeRecord = fold(load_record(payload))  # type: ignore[arg-type]
+                where = rules.place(rec, held=is_held)
+                if where == RELEASED:
+                    counts["released"] += 1
+                    found = screen.convert(rec)
+                    if found.__class__ is Rejection:
+                        counts["rejections"] += 1
+                        emit("rejection", rec, payload=pickle.dumps(found))
+                        continue
+                    new, old = found  # type: ignore[misc]
+                    failed = _missing_key(rec, key_at, table.key, width)
+                    if failed is not None:
+                        break
+                    if rec.new is None:
+                        emit(CHANGE, rec, OP_DELETE, Op.DELETE, old)
+                        continue
+                    if rec.old is not None and width(rec.old) > max(key_at):  # type: ignore[arg-type]
+                        if any(rec.old[i][3] != rec.new[i][3] for i in key_at):  # type: ignore[union-attr]
+                            # the key changed: the row under the old key is gone (core.merge.collapse)
+                            emit(CHANGE, rec, OP_DELETE, Op.DELETE, old)
+                    emit(CHANGE, rec, OP_UPSERT, rec.op, new)
+                elif where == HELD:
+                    counts["held"] += 1
+                    routing = router(rec)
+                    held_sigs.add(routing.signature)
+                    emit("held", rec, payload=dump_record(rec), routing=routing)
+                elif where == SNAPSHOT:
+                    counts["snapshot_dropped"] += 1
+                elif where == REPLAY:
+                    counts["replays"] += 1
+                else:
+                    counts["rejected_ts"] += 1
+                    emit("rejected_ts", rec, payload=pickle.dumps(where))
+            if failed is not None:
+                meta = {f.name: [] for f in _META}
+                typed = [[] for _ in names]
+                emit("error", payload=pickle.dumps(failed))
+            else:
+                emit("summary", payload=pickle.dumps({**counts, "layouts": sorted(held_sigs)}))
+            arrays = [pa.array(meta[f.name], type=f.type) for f in _META]
+            arrays += [pa.array(values, type=t) for values, t in zip(typed, table.types)]
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+            if failed is not None:
+                return
+
+    return run
+
+
+def _missing_key(rec: ChangeRecord, key_at: tuple[int, ...] | None, key: tuple[str, ...],
+                 width: Callable[[tuple], int]) -> str | None:
+    """Why ``rec`` cannot be collapsed (the text of :func:`~ticdc_delta.core.merge.collapse`'s
+    ``MissingKeyError``), or ``None``."""
+    image = rec.new if rec.new is not None else rec.old
+    if image is None:
+        return f"{rec.schema}.{rec.table}: a row change without any column image"
+    if key_at is None or width(image) <= max(key_at, default=-1):
+        what = "delete image" if rec.new is None else "row image"
+        return f"{rec.schema}.{rec.table}: {what} lacks key columns {key}"
+    return None
+
+
+def _fold(rec: ChangeRecord) -> ChangeRecord:
+    schema, table = fold_name(rec.schema), fold_name(rec.table)
+    if schema != rec.schema or table != rec.table:
+        return rec._replace(schema=schema, table=table)
+    return rec
+
+
+def collapse_changes(conv: Any, table: ColumnarTable, *, watermark: bool) -> Any:
+    """The final change per key of the typed changes in ``conv`` (:func:`columnar_fn`'s rows): the last in
+    apply order — commit ts (watermark mode), then topic, partition, offset and position in the message —
+    as :func:`~ticdc_delta.core.merge.collapse` keeps it; computed by Spark, no Python: the ``max`` per key
+    of a struct that starts with the apply order (unique per key: one Kafka message holds a key's change
+    once, so the values after it never decide). Columns: the key's ``c<i>``, then the other ``c<i>`` and
+    ``_op``, ``_source_op``, ``_commit_ts``, ``_width``."""
+    from pyspark.sql import functions as F
+
+    key_at = table.key_at or ()
+    keys = [f"c{i}" for i in key_at]
+    rest = [f"c{i}" for i in range(len(table.columns)) if i not in key_at]
+    order = [*([F.coalesce(F.col("_commit_ts"), F.lit(0)).alias("_ts")] if watermark else []),
+             "_topic", "_partition", "_offset", "_idx"]
+    last = F.max(F.struct(*order, *rest, "_op", "_source_op", "_commit_ts", "_width"))
+    return (conv.filter(F.col("_kind") == CHANGE).groupBy(*keys).agg(last.alias("_last"))
+            .select(*keys, *(F.col(f"_last.{c}") for c in [*rest, "_op", "_source_op", "_commit_ts", "_width"])))
+
+
+def final_counts(finals: Any) -> Any:
+    """One row of :func:`collapse_changes`' result: ``rows``, ``deleted``, ``last_ts`` (the largest commit
+    ts) and ``width`` (the most columns an image of them holds: the table's columns the MERGE writes)."""
+    from pyspark.sql import functions as F
+
+    return finals.agg(F.count(F.lit(1)).alias("rows"),
+                      F.coalesce(F.sum(F.when(F.col("_op") == OP_DELETE, 1).otherwise(0)), F.lit(0)).alias("deleted"),
+                      F.max("_commit_ts").alias("last_ts"), F.coalesce(F.max("_width"), F.lit(0)).alias("width"))
+
+
+def merge_source(finals: Any, targets: Iterable[tuple[int, str, Any]], meta: tuple[str, str] | None) -> Any:
+    """The MERGE's source from :func:`collapse_changes`' rows: column ``c<i>`` as ``name``, cast to the
+    Spark type of the table's column (``targets``: ``(i, name, Arrow type)``; the same type but where the
+    target table's differs), the metadata columns (``meta``: the commit ts and op columns' names) and
+    :data:`~ticdc_delta.delta.sink.OP_COLUMN`."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    cols = [F.col(f"c{i}").cast(from_arrow_type(t, prefer_timestamp_ntz=True)).alias(name) for i, name, t in targets]
+    if meta:
+        cols += [F.col("_commit_ts").alias(meta[0]), F.col("_source_op").alias(meta[1])]
+    return finals.select(*cols, F.col("_op").alias(OP_COLUMN))
