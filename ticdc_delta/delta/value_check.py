@@ -347,6 +347,37 @@ class ValueScreen:
                                     "until the DDL replay; only the MERGE converts its values")
         return out[0], out[1]
 
+    def image_converter(self, schema: str, table: str,
+                        columns: Sequence[tuple[str, int, int]]) -> Callable[[tuple], list[Any]]:
+        """For a table whose every image lists a prefix of ``columns`` (``(name, type code, flags)``): a
+        function giving an image's values as :meth:`convert` gives them, raising :class:`SinkError` where
+        :meth:`convert` would give a :class:`Rejection` (:meth:`check` then says which) — the columnar
+        path's screen, without working out each image's layout.
+
+        Raises:
+            SinkError: (from the function) a value or column no Delta column can hold; a DECIMAL of a
+                schema whose type parameters a DDL of the batch made unknown (see :meth:`convert`).
+        """
+        checks = [self._column_check(schema, table, name, t, f) for name, t, f in columns]
+        for i, check in enumerate(checks):
+            if check is _decimal_number:
+                def unknown(value: Any, name: str = columns[i][0]) -> Any:
+                    _decimal_number(value)
+                    raise SinkError(f"{schema}.{table}.{name}: the DECIMAL's type parameters are unknown until "
+                                    "the DDL replay; only the MERGE converts its values")
+
+                checks[i] = unknown
+        # an image that holds a column which cannot be written (a str: why), or any image of a refused table
+        problem = self._table_problem(schema, table) if self._table_problem is not None else None
+        refused = -1 if problem else next((i for i, c in enumerate(checks) if c.__class__ is str), len(checks))
+
+        def convert(image: tuple) -> list[Any]:
+            if len(image) > refused:
+                raise SinkError(f"{schema}.{table}: refused")
+            return [None if c[3] is None else check(c[3]) for check, c in zip(checks, image)]  # type: ignore[operator]
+
+        return convert
+
     def _column_check(self, schema: str, table: str, name: Any, type_code: int, flags: int) -> Callable[[Any], Any] | str:
         key = (schema, table, name, type_code, flags)
         check = self._checks.get(key)

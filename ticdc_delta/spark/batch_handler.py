@@ -31,7 +31,7 @@ from ..core.batch_planner import OFFSET_ORDER, WATERMARK, ConsumerState, Resolve
 from ..core.merge import KeyResolver, MissingKeyError
 from ..core.ts_guard import TsGuard, tso_physical_ms
 from ..core.snapshot_seam import seam_from_state
-from ..core.records import ChangeRecord, dump_record, load_record
+from ..core.records import ChangeRecord, dump_record, gc_paused, load_record
 from ..codec.json_output import value_to_json
 from ..delta.value_check import Rejection, ValueScreen, describe_rejections, value_bytes
 from ..delta.applier import ApplyResult, DeltaApplier, TableCatalog, TableOptions
@@ -340,21 +340,22 @@ class BatchHandler:
         records, resolved, errors = [], [], []
         offsets: dict[tuple[str, int], list[int]] = {}
         counts = {"row": 0, "ddl": 0, "resolved": 0, "error": 0, "empty": 0}
-        for i, kind in enumerate(kinds):
-            tp = (cols["topic"][i], cols["partition"][i])
-            off = cols["offset"][i]
-            span = offsets.get(tp)
-            if span is None:
-                offsets[tp] = [off, off]
-            else:
-                span[0], span[1] = min(span[0], off), max(span[1], off)
-            counts[kind] = counts.get(kind, 0) + 1
-            if kind == "row" or kind == "ddl":
-                records.append(load_record(payloads[i]))
-            elif kind == "resolved":
-                resolved.append(ResolvedMark(tp[0], tp[1], off, cols["idx"][i], cols["commit_ts"][i]))
-            elif kind == "error":
-                errors.append(i)
+        with gc_paused():  # (records hold no cycles: see gc_paused)
+            for i, kind in enumerate(kinds):
+                tp = (cols["topic"][i], cols["partition"][i])
+                off = cols["offset"][i]
+                span = offsets.get(tp)
+                if span is None:
+                    offsets[tp] = [off, off]
+                else:
+                    span[0], span[1] = min(span[0], off), max(span[1], off)
+                counts[kind] = counts.get(kind, 0) + 1
+                if kind == "row" or kind == "ddl":
+                    records.append(load_record(payloads[i]))
+                elif kind == "resolved":
+                    resolved.append(ResolvedMark(tp[0], tp[1], off, cols["idx"][i], cols["commit_ts"][i]))
+                elif kind == "error":
+                    errors.append(i)
 
         if errors:
             self._dead_letter(decoded, errors, batch_id)
@@ -373,11 +374,12 @@ class BatchHandler:
                              case_sensitive=self.cfg.case_sensitive,
                              delta_type=None if has_ddl else self._delta_column_types())
         try:
-            plan = plan_batch(
-                state, records, resolved, mode=self.mode, keys=KeyResolver(lookup=self._configured_key),
-                partitions=partitions, guard=guard, case_sensitive=self.cfg.case_sensitive, screen=screen,
-                seam=seam,
-            )
+            with gc_paused():
+                plan = plan_batch(
+                    state, records, resolved, mode=self.mode, keys=KeyResolver(lookup=self._configured_key),
+                    partitions=partitions, guard=guard, case_sensitive=self.cfg.case_sensitive, screen=screen,
+                    seam=seam,
+                )
         except MissingKeyError as exc:
             raise TerminalError(f"batch {batch_id}: {exc}") from exc
 

@@ -36,11 +36,11 @@ import pyarrow as pa
 from ..codec.model import Op
 from ..core.key_buckets import Layout, Router, splittable
 from ..core.merge import flagged_key
-from ..core.records import ChangeRecord, dump_record, load_record
+from ..core.records import ChangeRecord, dump_record, gc_paused, load_record
 from ..core.table_rules import HELD, RELEASED, REPLAY, SNAPSHOT
 from ..delta.arrow_types import arrow_type_for
 from ..delta.sink import OP_COLUMN, OP_DELETE, OP_UPSERT
-from ..locations import fold_name
+from ..errors import SinkError
 
 __all__ = ["ColumnarTable", "columnar_tables", "columnar_schema", "columnar_fn", "collapse_changes",
            "final_counts", "merge_source", "CHANGE", "SMALL_KINDS"]
@@ -48,6 +48,9 @@ __all__ = ["ColumnarTable", "columnar_tables", "columnar_schema", "columnar_fn",
 CHANGE = "change"
 """The ``_kind`` of a typed change (the other kinds carry a ``_payload``: ``held``, ``rejection``,
 ``rejected_ts``, ``summary``, ``error``, as the record path's rows do)."""
+REJECTION = "rejection"
+"""The ``_kind`` of a change the value screen refused (``_payload``: the pickled
+:class:`~ticdc_delta.delta.value_check.Rejection`)."""
 SMALL_KINDS = ("summary", "error")
 """The kinds the driver collects (one ``summary`` per Arrow batch: counts and held layouts)."""
 
@@ -126,123 +129,113 @@ def columnar_fn(job: Any, table: ColumnarTable) -> Callable[[Iterator[pa.RecordB
     ``c0``... up to its ``_width``, the rest null), a held row with its record and routing for the staging
     table, a refused one with its reason; per Arrow batch one ``summary`` row of counts. ``job``: the
     engine's per-batch rules (``rules``, ``keys``, ``catalog_json``, ``tz``, ``policy``, ``case_sensitive``,
-    ``delta_types``)."""
+    ``delta_types``).
+
+    Every image of the table's rows lists a prefix of ``table.columns`` (:func:`columnar_tables` checked
+    the layouts of all of them), so an image's values are the first ``len(image)`` columns."""
     schema = columnar_schema(table)
-    names = tuple(c[0] for c in table.columns)
+    n_cols = len(table.columns)
     key_at = table.key_at
-    width_of: dict[tuple[str, ...], int] = {names[:n]: n for n in range(len(names) + 1)}
-    ident = f"{table.schema}.{table.table}"
+    last_key = max(key_at, default=-1) if key_at is not None else n_cols
+    folded = (table.schema, table.table)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from ..delta.applier import TableCatalog
-        from ..delta.value_check import Rejection, ValueScreen
+        from ..delta.value_check import ValueScreen
 
         screen = ValueScreen(TableCatalog(job.catalog_json), job.tz, ddl_policy=job.policy,
                              case_sensitive=job.case_sensitive, delta_type=job.delta_types)
+        convert = screen.image_converter(table.schema, table.table, table.columns)
         router = Router(job.keys)
-        rules = job.rules
-        fold = (lambda r: r) if job.case_sensitive else _fold
-        widths: dict[Any, int] = {}  # an image's column names -> how many of the table's columns it holds
+        place = job.rules.place
 
-        def width(image: tuple) -> int:
-            found = widths.get(cols := tuple(c[0] for c in image))
-            if found is None:
-                found = widths[cols] = width_of.get(cols, -1)
-                if found < 0:  # columnar_tables checked every layout: a bug, never written anywhere
-                    raise ValueError(f"{ident}: an image's columns {cols!r} are not a prefix of {names!r}")
-            return found
-
-        for batch in batches:
-            meta: dict[str, list[Any]] = {f.name: [] for f in _META}
-            typed: list[list[Any]] = [[] for _ in names]
+        def rows_of(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, bool]:
+            meta: list[tuple] = []  # the meta columns of each output row, in _META's order
+            typed: list[list[Any]] = []  # its values (a prefix of the table's columns)
             counts = {"replays": 0, "held": 0, "released": 0, "rejections": 0, "snapshot_dropped": 0,
                       "rejected_ts": 0}
             held_sigs: set[int] = set()
-            failed = None
-
-            def emit(kind: str, rec: Any = None, op: Any = None, source_op: Any = None, values: Any = None,
-                     payload: Any = None, routing: Any = None) -> None:
-                meta["_kind"].append(kind)
-                for col, attr in (("_commit_ts", "commit_ts"), ("_topic", "topic"), ("_partition", "partition"),
-                                  ("_offset", "offset"), ("_idx", "idx")):
-                    meta[col].append(None if rec is None else getattr(rec, attr))
-                meta["_op"].append(op)
-                meta["_source_op"].append(source_op)
-                n = 0 if values is None else len(values)
-                meta["_width"].append(n)
-                meta["_payload"].append(payload)
-                meta["_sig"].append(None if routing is None else routing.signature)
-                meta["_hashes"].append(None if routing is None else routing.hashes)
-                for i, column in enumerate(typed):
-                    column.append(values[i] if i < n else None)
-
             for is_held, payload in zip(batch.column("held").to_pylist(), batch.column("payload").to_pylist()):
-                rec: ChangeRecord = fold(load_record(payload))  # type: ignore[arg-type]
-                where = rules.place(rec, held=is_held)
+                rec: ChangeRecord = load_record(payload)  # type: ignore[assignment]
+                if (rec.schema, rec.table) != folded:  # as the rules fold names (the frame holds one table)
+                    rec = rec._replace(schema=table.schema, table=table.table)
+                where = place(rec, held=is_held)
+                coords = (rec.commit_ts, rec.topic, rec.partition, rec.offset, rec.idx)
                 if where == RELEASED:
                     counts["released"] += 1
-                    found = screen.convert(rec)
-                    if found.__class__ is Rejection:
+                    new, old = rec.new, rec.old
+                    image = new if new is not None else old
+                    try:
+                        new_values = None if new is None else convert(new)
+                        old_values = None if old is None else convert(old)
+                    except SinkError as exc:  # a value (or column) no Delta column can hold
                         counts["rejections"] += 1
-                        emit("rejection", rec, payload=pickle.dumps(found))
+                        rejection = screen.check(rec)
+                        if rejection is None:  # the screen and the converter disagree: a bug
+                            raise RuntimeError(f"{table.schema}.{table.table}: {exc}") from exc
+                        meta.append((REJECTION, *coords, None, None, 0, pickle.dumps(rejection), None, None))
+                        typed.append([])
                         continue
-                    new, old = found  # type: ignore[misc]
-                    failed = _missing_key(rec, key_at, table.key, width)
-                    if failed is not None:
-                        break
-                    if rec.new is None:
-                        emit(CHANGE, rec, OP_DELETE, Op.DELETE, old)
+                    if image is None or len(image) <= last_key:
+                        failed = _missing_key(rec, table.key)
+                        return _record_batch(schema, [("error", *(None,) * 8, pickle.dumps(failed), None, None)],
+                                             [[]], n_cols), False
+                    if new is None:
+                        meta.append((CHANGE, *coords, OP_DELETE, Op.DELETE, len(old), None, None, None))
+                        typed.append(old_values)  # type: ignore[arg-type]
                         continue
-                    if rec.old is not None and width(rec.old) > max(key_at):  # type: ignore[arg-type]
-                        if any(rec.old[i][3] != rec.new[i][3] for i in key_at):  # type: ignore[union-attr]
-                            # the key changed: the row under the old key is gone (core.merge.collapse)
-                            emit(CHANGE, rec, OP_DELETE, Op.DELETE, old)
-                    emit(CHANGE, rec, OP_UPSERT, rec.op, new)
+                    if old is not None and len(old) > last_key and any(old[i][3] != new[i][3] for i in key_at):
+                        # the key changed: the row under the old key is gone (core.merge.collapse)
+                        meta.append((CHANGE, *coords, OP_DELETE, Op.DELETE, len(old), None, None, None))
+                        typed.append(old_values)  # type: ignore[arg-type]
+                    meta.append((CHANGE, *coords, OP_UPSERT, rec.op, len(new), None, None, None))
+                    typed.append(new_values)  # type: ignore[arg-type]
                 elif where == HELD:
                     counts["held"] += 1
                     routing = router(rec)
                     held_sigs.add(routing.signature)
-                    emit("held", rec, payload=dump_record(rec), routing=routing)
+                    meta.append(("held", *coords, None, None, 0, dump_record(rec), routing.signature, routing.hashes))
+                    typed.append([])
                 elif where == SNAPSHOT:
                     counts["snapshot_dropped"] += 1
                 elif where == REPLAY:
                     counts["replays"] += 1
                 else:
                     counts["rejected_ts"] += 1
-                    emit("rejected_ts", rec, payload=pickle.dumps(where))
-            if failed is not None:
-                meta = {f.name: [] for f in _META}
-                typed = [[] for _ in names]
-                emit("error", payload=pickle.dumps(failed))
-            else:
-                emit("summary", payload=pickle.dumps({**counts, "layouts": sorted(held_sigs)}))
-            arrays = [pa.array(meta[f.name], type=f.type) for f in _META]
-            arrays += [pa.array(values, type=t) for values, t in zip(typed, table.types)]
-            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
-            if failed is not None:
+                    meta.append(("rejected_ts", *coords, None, None, 0, pickle.dumps(where), None, None))
+                    typed.append([])
+            meta.append(("summary", *(None,) * 8, pickle.dumps({**counts, "layouts": sorted(held_sigs)}), None, None))
+            typed.append([])
+            return _record_batch(schema, meta, typed, n_cols), True
+
+        for batch in batches:
+            with gc_paused():
+                out, ok = rows_of(batch)
+            yield out
+            if not ok:  # a row without its key: the driver stops the job with it
                 return
 
     return run
 
 
-def _missing_key(rec: ChangeRecord, key_at: tuple[int, ...] | None, key: tuple[str, ...],
-                 width: Callable[[tuple], int]) -> str | None:
-    """Why ``rec`` cannot be collapsed (the text of :func:`~ticdc_delta.core.merge.collapse`'s
-    ``MissingKeyError``), or ``None``."""
-    image = rec.new if rec.new is not None else rec.old
-    if image is None:
+def _record_batch(schema: pa.Schema, meta: list[tuple], typed: list[list[Any]], n_cols: int) -> pa.RecordBatch:
+    """The output batch of :func:`columnar_fn`: ``meta`` rows (the :data:`_META` columns) and their values,
+    each list padded with nulls to the table's ``n_cols`` columns."""
+    pad = [None] * n_cols
+    columns = list(zip(*meta)) if meta else [()] * len(_META)
+    values = list(zip(*(v + pad[len(v):] if len(v) < n_cols else v for v in typed))) if typed else [()] * n_cols
+    arrays = [pa.array(col, type=f.type) for col, f in zip(columns, schema)]
+    arrays += [pa.array(col, type=f.type) for col, f in zip(values, list(schema)[len(_META):])]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _missing_key(rec: ChangeRecord, key: tuple[str, ...]) -> str:
+    """The text of :func:`~ticdc_delta.core.merge.collapse`'s ``MissingKeyError`` for ``rec`` (an image
+    without a key column, or no image at all)."""
+    if rec.new is None and rec.old is None:
         return f"{rec.schema}.{rec.table}: a row change without any column image"
-    if key_at is None or width(image) <= max(key_at, default=-1):
-        what = "delete image" if rec.new is None else "row image"
-        return f"{rec.schema}.{rec.table}: {what} lacks key columns {key}"
-    return None
-
-
-def _fold(rec: ChangeRecord) -> ChangeRecord:
-    schema, table = fold_name(rec.schema), fold_name(rec.table)
-    if schema != rec.schema or table != rec.table:
-        return rec._replace(schema=schema, table=table)
-    return rec
+    what = "delete image" if rec.new is None else "row image"
+    return f"{rec.schema}.{rec.table}: {what} lacks key columns {key}"
 
 
 def collapse_changes(conv: Any, table: ColumnarTable, *, watermark: bool) -> Any:

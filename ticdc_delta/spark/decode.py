@@ -16,7 +16,7 @@ import pyarrow as pa
 from ..codec import DecodeContext, decoder_for
 from ..codec.model import DDLEvent, Image, ResolvedEvent, RowChange
 from ..core.key_buckets import Layout, Router, Routing
-from ..core.records import ChangeRecord, dump_record, record_from_event
+from ..core.records import ChangeRecord, dump_record, gc_paused, record_from_event
 from ..codec.upstream_lookup import UpstreamLookup, UpstreamSettings
 from ..errors import ConfigError, DecodeError, TransientError
 from ..locations import table_name_problem
@@ -260,20 +260,22 @@ def make_decode_fn(spec: DecoderSpec, *, names: Callable[[str], str] | None = No
         route = Router(keys) if keys is not None and names is not None else None
         try:
             for batch in batches:
-                # only the columns decoding reads (not e.g. the Kafka timestamp: a datetime per message)
-                cols = {name: batch.column(name).to_pylist() for name in _INPUT_COLUMNS}
-                layouts: dict[int, Layout] = {}
-                out = decode_messages(
-                    decoder, cols["topic"], cols["partition"], cols["offset"], cols["key"], cols["value"], names,
-                    route, layouts,
-                )
-                extra = [span_rows(out)] if spans else []
-                if route is not None:
-                    extra.append(layout_rows(out, layouts))
-                for rows in extra:
-                    for name, values in rows.items():
-                        out[name].extend(values)
-                yield pa.RecordBatch.from_pydict(out, schema=schema)
+                with gc_paused():  # (records hold no cycles: see gc_paused)
+                    # only the columns decoding reads (not e.g. the Kafka timestamp: a datetime per message)
+                    cols = {name: batch.column(name).to_pylist() for name in _INPUT_COLUMNS}
+                    layouts: dict[int, Layout] = {}
+                    out = decode_messages(
+                        decoder, cols["topic"], cols["partition"], cols["offset"], cols["key"], cols["value"], names,
+                        route, layouts,
+                    )
+                    extra = [span_rows(out)] if spans else []
+                    if route is not None:
+                        extra.append(layout_rows(out, layouts))
+                    for rows in extra:
+                        for name, values in rows.items():
+                            out[name].extend(values)
+                    decoded = pa.RecordBatch.from_pydict(out, schema=schema)
+                yield decoded
         finally:
             if upstream is not None:
                 upstream.close()

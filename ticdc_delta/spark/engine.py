@@ -56,7 +56,7 @@ import pyarrow as pa
 from ..core.batch_planner import WATERMARK, ConsumerState, ResolvedMark
 from ..core.key_buckets import Router, Routing, owns, splittable
 from ..core.merge import DELETE, KeyResolver, MissingKeyError
-from ..core.records import ChangeRecord, DDLRecord, dump_record, load_record
+from ..core.records import ChangeRecord, DDLRecord, dump_record, gc_paused, load_record
 from ..core.table_rules import TableRules, plan_coordination
 from ..delta.applier import ApplyResult, DeltaApplier
 from ..delta.arrow_types import arrow_type_for, converter_for
@@ -188,6 +188,10 @@ def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
     (:mod:`ticdc_delta.core.key_buckets`; the whole table when it has one bucket)."""
 
     def apply(tbl: pa.Table) -> pa.Table:
+        with gc_paused():  # (records hold no cycles: see gc_paused)
+            return rules_of(tbl)
+
+    def rules_of(tbl: pa.Table) -> pa.Table:
         from ..delta.applier import TableCatalog
 
         cols: dict[str, list[Any]] = {name: [] for name in _OUT_ARROW.names}
