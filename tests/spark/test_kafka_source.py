@@ -550,3 +550,14 @@ def test_executor_consumers_do_not_wait_out_the_java_fetch_default(
     df = read_kafka_stream(spark, bootstrap_servers="h:1", topics=["t"], client_conf=client_conf, probe_timeout_s=None)
     plan = df._jdf.queryExecution().logical().toString()
     assert f"kafka.fetch.max.wait.ms={expected}," in plan or f"kafka.fetch.max.wait.ms={expected}]" in plan
+
+
+@pytest.mark.parametrize("client_conf,expected", [({}, str(4 << 20)), ({"max.partition.fetch.bytes": "65536"}, "65536")])
+def test_executor_consumers_fetch_a_big_batch_in_large_fetches(
+    spark: Any, client_conf: dict[str, str], expected: str
+) -> None:
+    # 4 MiB per partition and fetch (Java's default: 1 MiB) and a 1 MiB socket buffer; a user's value wins
+    df = read_kafka_stream(spark, bootstrap_servers="h:1", topics=["t"], client_conf=client_conf, probe_timeout_s=None)
+    plan = df._jdf.queryExecution().logical().toString()
+    assert f"kafka.max.partition.fetch.bytes={expected}" in plan
+    assert f"kafka.receive.buffer.bytes={1 << 20}" in plan
