@@ -464,3 +464,37 @@ def test_a_merge_cast_error_quotes_a_capped_value(tmp_path) -> None:
     with pytest.raises(SinkError, match="does not fit") as info:
         sink.merge(ident, changes, ["id"], batch_txn("cf", 1))
     assert len(str(info.value)) < 1000 and "characters)" in str(info.value)
+
+
+# --- the columnar path's converter: the screen's decision, the MERGE's values ------------------------
+
+_GOOD = [("DATE", ("d", int(T.DATE), N, "2024-02-29")), ("zero DATE", ("d", int(T.DATE), N, "0000-00-00")),
+         ("DECIMAL text", ("dec", int(T.DECIMAL), N, "12.50")), ("TINYINT", ("i", int(T.TINYINT), N, -128)),
+         ("BIT", ("b", int(T.BIT), U, 5)), ("TIME", ("tm", int(T.TIME), N, "838:59:59")),
+         ("NULL", ("v", int(T.VARCHAR), N, None))]
+
+
+@pytest.mark.parametrize("what,column", [*BAD_VALUES, *_GOOD], ids=[c[0] for c in [*BAD_VALUES, *_GOOD]])
+def test_image_converter_refuses_what_the_screen_refuses_and_converts_as_the_merge(what: str, column: tuple) -> None:
+    rec = change(0, column)
+    columns = tuple(c[:3] for c in rec.new)
+    refused = screen_of().check(rec)
+    convert = screen_of().image_converter("s", "t", columns)
+    if refused is not None:
+        with pytest.raises(SinkError):
+            convert(rec.new)
+        return
+    expected = [None if c[3] is None else convert_value(c[3], c[1], c[2]) for c in rec.new]
+    assert convert(rec.new) == expected
+    assert convert(rec.new[:1]) == expected[:1]  # an image of the first columns (an Avro delete: the key)
+
+
+def test_image_converter_refuses_a_column_name_or_a_table_no_location_can_hold() -> None:
+    columns = (("id", int(T.BIGINT), KEY), ("a\x00b", int(T.INT), N))
+    convert = screen_of().image_converter("s", "t", columns)
+    assert convert(((*columns[0], 1),)) == [1]  # the image stops before the column: nothing to refuse
+    with pytest.raises(SinkError):
+        convert(((*columns[0], 1), (*columns[1], None)))  # the column itself, whatever its value
+    problem = ValueScreen(TableCatalog(), table_problem=lambda s, t: "no location")
+    with pytest.raises(SinkError):
+        problem.image_converter("s", "t", columns[:1])(((*columns[0], 1),))

@@ -298,34 +298,14 @@ class ValueScreen:
 
     def check(self, rec: ChangeRecord) -> Rejection | None:
         """The rejection of ``rec``, or ``None`` when all of it can be written."""
-        found = self._screen(rec, False)
-        return found if found.__class__ is Rejection else None  # type: ignore[return-value]
-
-    def convert(self, rec: ChangeRecord) -> Rejection | tuple[list[Any] | None, list[Any] | None]:
-        """The values of ``rec``'s new and old images (``None`` for an image it lacks) as its table's Delta
-        columns take them — what a MERGE writes: :func:`~.arrow_types.converter_for` of each value, in the
-        image's column order — or its :class:`Rejection` when one of them cannot be written. The screen's
-        checks convert as they check (:meth:`check` is this without the values).
-
-        Raises:
-            SinkError: a DECIMAL of a schema whose type parameters a DDL of the batch made unknown: its
-                value is checked, but only the MERGE can convert it (never for a batch without DDL).
-        """
-        return self._screen(rec, True)
-
-    def _screen(self, rec: ChangeRecord, converting: bool) -> Rejection | tuple[list[Any] | None, list[Any] | None]:
         if self._table_problem is not None:
             reason = self._table_problem(rec.schema, rec.table)
             if reason:
                 return self._reject(rec, None, None, reason)
         schema, table = rec.schema, rec.table
-        out: list[list[Any] | None] = []
         for image in (rec.new, rec.old):
-            if image is None:
-                out.append(None)
+            if not image:
                 continue
-            values: list[Any] = []
-            out.append(values)
             # the checks of an image's columns, looked up once per layout (the images of a table share a few)
             layout = (schema, table, tuple(map(_COLUMN, image)))
             checks = self._layouts.get(layout)
@@ -336,37 +316,29 @@ class ValueScreen:
                     return self._reject(rec, column[0], column[0], check)
                 value = column[3]
                 if value is None:
-                    values.append(None)
                     continue
                 try:
-                    values.append(check(value))
+                    check(value)
                 except SinkError as exc:
                     return self._reject(rec, column[0], value, str(exc))
-                if converting and check is _decimal_number:
-                    raise SinkError(f"{schema}.{table}.{column[0]}: the DECIMAL's type parameters are unknown "
-                                    "until the DDL replay; only the MERGE converts its values")
-        return out[0], out[1]
+        return None
 
     def image_converter(self, schema: str, table: str,
                         columns: Sequence[tuple[str, int, int]]) -> Callable[[tuple], list[Any]]:
         """For a table whose every image lists a prefix of ``columns`` (``(name, type code, flags)``): a
-        function giving an image's values as :meth:`convert` gives them, raising :class:`SinkError` where
-        :meth:`convert` would give a :class:`Rejection` (:meth:`check` then says which) — the columnar
-        path's screen, without working out each image's layout.
+        function giving an image's values as the table's Delta columns take them — what a MERGE writes
+        (:func:`~.arrow_types.converter_for` of each value, in the image's order: the screen's checks convert
+        as they check) — and raising :class:`SinkError` where :meth:`check` refuses the change (which then
+        says why). The columnar path's screen, without working out each image's layout.
 
         Raises:
-            SinkError: (from the function) a value or column no Delta column can hold; a DECIMAL of a
-                schema whose type parameters a DDL of the batch made unknown (see :meth:`convert`).
+            SinkError: (from the function) a value or column no Delta column can hold. Here: a DECIMAL whose
+                type parameters a DDL the screen could not follow made unknown (only a batch that applies
+                DDL has one; its values only the MERGE converts).
         """
         checks = [self._column_check(schema, table, name, t, f) for name, t, f in columns]
-        for i, check in enumerate(checks):
-            if check is _decimal_number:
-                def unknown(value: Any, name: str = columns[i][0]) -> Any:
-                    _decimal_number(value)
-                    raise SinkError(f"{schema}.{table}.{name}: the DECIMAL's type parameters are unknown until "
-                                    "the DDL replay; only the MERGE converts its values")
-
-                checks[i] = unknown
+        if any(check is _decimal_number for check in checks):
+            raise SinkError(f"{schema}.{table}: DECIMAL type parameters unknown until the DDL replay")
         # an image that holds a column which cannot be written (a str: why), or any image of a refused table
         problem = self._table_problem(schema, table) if self._table_problem is not None else None
         refused = -1 if problem else next((i for i, c in enumerate(checks) if c.__class__ is str), len(checks))

@@ -5,15 +5,16 @@ function per table (or key bucket): the rows are shuffled to it as pickled recor
 leave it as pickles again, and the MERGE converts them to the table's types in one more Python pass. Most
 of a micro-batch's time went there. Yet every rule but the collapse decides each row alone
 (:meth:`~ticdc_delta.core.table_rules.TableRules.place`, the value screen), and the collapse — the last
-change of each key in apply order, an update that changes the key deleting the old one — is a
-``max_by`` per key, which Spark computes without Python. So for a table whose rows allow it:
+change of each key in apply order, an update that changes the key deleting the old one — is a ``max``
+per key, which Spark computes without Python. So for a table whose rows allow it:
 
 1. one Python pass per row, where the decoded rows are (no shuffle): the row is placed (released, held,
    replay, covered by the snapshot, implausible ts) and a released one is screened and converted at once
-   (:meth:`~ticdc_delta.delta.value_check.ValueScreen.convert`: what the MERGE writes) into the table's
-   typed columns — two rows for an update that changes the key (the old key's delete, the new key's
-   upsert); held rows keep their record for the staging table, refusals their reason;
-2. :func:`collapse_changes`: ``groupBy(key).max_by(row, apply order)`` in the JVM;
+   (:meth:`~ticdc_delta.delta.value_check.ValueScreen.image_converter`: the screen's checks convert as they
+   check, to what the MERGE writes) into the table's typed columns — two rows for an update that changes
+   the key (the old key's delete, the new key's upsert); held rows keep their record for the staging
+   table, refusals their reason;
+2. :func:`collapse_changes`: ``groupBy(key).max(struct(apply order, row))`` in the JVM;
 3. the collapsed rows are the MERGE's source as they are (no Python in the MERGE).
 
 Which tables: :func:`columnar_tables` — in a batch that applies no DDL (a DDL would cut the rows into
