@@ -46,8 +46,8 @@ RECORDS_PATH_PROTOCOLS = ("open-protocol", "avro")
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
 def test_both_engines_land_identical_tables(protocol: str, broker: Any, spark: Any, tmp_path: Path,
                                             unique_name: Any, progress: Any) -> None:
-    """Held rows, replays, duplicates, PK changes, CREATE TABLE / ADD COLUMN: the same tables (rows and
-    schema) from both engines, and the oracle's — the spark engine with every table it can on the columnar
+    """Held rows, replays, duplicates, PK changes, CREATE TABLE / ADD COLUMN: the same tables (rows, their
+    metadata columns and schema) from both engines, and the oracle's — the spark engine with every table it can on the columnar
     path, and (two protocols) on the record path with its tables split into key buckets."""
     topic = unique_name(f"parity-{protocol}")
     oracle, source = _stream(broker, topic, protocol, tmp_path, events=900, seed=21)
@@ -57,7 +57,8 @@ def test_both_engines_land_identical_tables(protocol: str, broker: Any, spark: A
     for engine, path in [("delta-rs", ""), *(("spark", path) for path in paths)]:
         progress.lines.clear()
         run = f"{engine}-{path}" if path else engine
-        cfg = _config(tmp_path, run, dict(source), engine, **({"sink": SPARK_PATHS[path]} if path else {}))
+        # with the metadata columns: each row's last commit ts and source op must agree too
+        cfg = _config(tmp_path, run, dict(source), engine, sink={"metadata_columns": True, **SPARK_PATHS.get(path, {})})
         assert run_job(cfg, once=True, spark=spark) >= 2
         _assert_matches(cfg, oracle)
         landed[run] = _snapshot(cfg, oracle)
