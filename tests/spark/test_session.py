@@ -1,13 +1,16 @@
-"""Which jars the Spark session gets (no JVM needed: the settings are computed before it starts)."""
+"""Which jars the Spark session gets (no JVM needed: the settings are computed before it starts), and
+what its settings do."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ticdc_delta.jars import SPARK_PACKAGES
-from ticdc_delta.spark.session import jar_confs
+from ticdc_delta.spark.session import CODEGEN_CACHE_ENTRIES, jar_confs
 
 
 def test_fetched_jars_go_on_spark_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,3 +47,20 @@ def test_packages_match_the_pom() -> None:
     # the same versions as the pinned Python packages
     pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     assert '"pyspark==4.0.1"' in pyproject and '"delta-spark==4.0.0"' in pyproject
+
+
+def test_a_batch_worth_of_generated_code_is_compiled_once(spark: Any) -> None:
+    """One micro-batch of one table runs ~130 distinct generated-code plans: more than Spark's default
+    cache of 100, so every batch compiled them all again (``CODEGEN_CACHE_ENTRIES``)."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    # 150 whole-stage plans, each its own source (the literal is compiled into it)
+    plans = functools.reduce(DataFrame.unionAll, [spark.range(1).select((F.col("id") + i).alias("v"))
+                                                  for i in range(150)])
+    assert sorted(r["v"] for r in plans.collect()) == list(range(150))
+    compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_SOURCE_CODE_SIZE()
+    before = compiled.getCount()
+    plans.collect()  # the same plans again: all from the cache
+    assert compiled.getCount() == before
+    assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == str(CODEGEN_CACHE_ENTRIES)

@@ -25,9 +25,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["get_or_create_spark", "jar_confs", "DEFAULT_CONFS", "DELTA_CONFS", "LOCAL_CONFS", "package_root"]
+__all__ = ["get_or_create_spark", "jar_confs", "CODEGEN_CACHE_ENTRIES", "DEFAULT_CONFS", "DELTA_CONFS", "LOCAL_CONFS", "package_root"]
 
 log = logging.getLogger(__name__)
+
+CODEGEN_CACHE_ENTRIES = 2000
+"""Generated-code classes Spark keeps per JVM (``spark.sql.codegen.cache.maxEntries``, a static setting:
+fixed when the session starts; Spark's default 100 is fewer than one micro-batch of one table uses)."""
 
 #: Settings for a 2-core, few-GiB machine: few shuffle partitions, no UI, Arrow on, modest memory.
 DEFAULT_CONFS: dict[str, str] = {
@@ -47,6 +51,12 @@ DEFAULT_CONFS: dict[str, str] = {
     "spark.sql.redaction.string.regex": r'(?i)(password|secret|token)\s*=\s*("[^"]*"|[^\s;,)]+)',
     # Python workers are forked from a daemon that has pyarrow, confluent-kafka and the codecs loaded
     "spark.python.daemon.module": "ticdc_delta.spark.worker_daemon",
+    # Spark keeps the classes it generates for a plan in an LRU cache of 100 entries by default; one
+    # micro-batch of one table runs ~130 distinct ones (decode, rules, collapse, Delta's log replay, MERGE,
+    # staging), so every batch evicted what the next one needed and compiled all of it again: measured
+    # here ~500 compilations per 5 batches (~1.4 s of Janino and then the JIT's C2 work per batch) against
+    # ~35 per batch once the cache holds them. Entries are a few KiB of bytecode each.
+    "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
 }
 
 #: Delta Lake's SQL extension and catalog (``delta-spark`` jars, see :func:`jar_confs`).
