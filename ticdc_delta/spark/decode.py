@@ -16,7 +16,7 @@ import pyarrow as pa
 from ..codec import DecodeContext, decoder_for
 from ..codec.model import DDLEvent, Image, ResolvedEvent, RowChange
 from ..core.key_buckets import Layout, Router, Routing
-from ..core.records import ChangeRecord, dump_record, gc_paused, record_from_event
+from ..core.records import dump_record, gc_paused, record_from_event
 from ..codec.upstream_lookup import UpstreamLookup, UpstreamSettings
 from ..errors import ConfigError, DecodeError, TransientError
 from ..locations import table_name_problem
