@@ -24,13 +24,10 @@ log = logging.getLogger(__name__)
 
 def spark_for(cfg: JobConfig) -> Any:
     """The SparkSession for ``cfg``: the active one under spark-submit, else a local one."""
-    import os
-
-    from .session import get_or_create_spark
+    from .session import get_or_create_spark, under_spark_submit
 
     # Under spark-submit the gateway is already up and --master decides; `run` defaults to local mode.
-    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
-    master = cfg.spark.master or (None if under_submit else "local[2]")
+    master = cfg.spark.master or (None if under_spark_submit() else "local[2]")
     return get_or_create_spark(cfg.spark.app_name or f"ticdc-delta-{cfg.changefeed}", master, dict(cfg.spark.conf))
 
 

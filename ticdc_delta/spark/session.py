@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["get_or_create_spark", "jar_confs", "CODEGEN_CACHE_ENTRIES", "DEFAULT_CONFS", "DELTA_CONFS", "LOCAL_CONFS", "package_root"]
+__all__ = ["get_or_create_spark", "jar_confs", "submitted_confs", "under_spark_submit", "CODEGEN_CACHE_ENTRIES",
+           "DEFAULT_CONFS", "DELTA_CONFS", "LOCAL_CONFS", "package_root"]
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,23 @@ def jar_confs(user: Mapping[str, str] | None = None) -> dict[str, str]:
     return {key: ",".join(theirs + [x for x in ours if x not in theirs])}
 
 
+def under_spark_submit() -> bool:
+    """Whether this Python process was started by spark-submit (its JVM, and the gateway to it, are up
+    before any session is)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def submitted_confs() -> dict[str, str]:
+    """The settings spark-submit gave the JVM it started (``--conf``, ``--jars``/``--packages``,
+    ``spark-defaults.conf``), read from that JVM; ``{}`` when not under spark-submit."""
+    if not under_spark_submit():
+        return {}
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's gateway (starts no JVM)
+    return dict(SparkConf().getAll())
+
+
 def get_or_create_spark(
     app_name: str,
     master: str | None = "local[2]",
@@ -114,7 +132,8 @@ def get_or_create_spark(
 
     ``confs`` override :data:`DEFAULT_CONFS`; JVM-level settings (driver memory, jars, Delta's extension)
     only take effect when this call starts the JVM (under spark-submit, ``--jars``/``--packages`` and
-    ``--conf`` give them: see the README).
+    ``--conf`` give them: see the README). Under spark-submit, what it set (:func:`submitted_confs`) wins
+    over both: a cluster's ``spark.sql.shuffle.partitions`` is not cut to this machine-sized default.
 
     Raises:
         TypeError: ``app_name`` is not a non-empty string or ``confs`` is not a mapping.
@@ -142,6 +161,11 @@ def get_or_create_spark(
         user = {k: str(v) for k, v in (confs or {}).items()}
         settings.update(user)
         settings.update(jar_confs(user))
+        submitted = submitted_confs()
+        kept = sorted(k for k, v in settings.items() if k in submitted and submitted[k] != v)
+        if kept:
+            log.info("keeping the settings spark-submit gave: %s", ", ".join(kept))
+        settings = {k: v for k, v in settings.items() if k not in submitted}
         builder = SparkSession.builder.appName(app_name)
         if master is not None:
             builder = builder.master(master)
