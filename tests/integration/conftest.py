@@ -18,7 +18,8 @@ import pytest
 
 from ticdc_delta.local_broker import free_port
 
-__all__ = ["ProgressLines", "MariaDB", "capture_logs", "job_engine", "mariadb_programs", "running_mariadb"]
+__all__ = ["ProgressLines", "MariaDB", "canal_job_yaml", "capture_logs", "job_engine", "mariadb_programs",
+           "running_mariadb"]
 
 ENGINE_ENV = "TICDC_DELTA_TEST_ENGINE"
 
@@ -33,6 +34,28 @@ def job_engine(default: str = "delta-rs") -> str:
     if engine not in ("delta-rs", "spark"):
         raise ValueError(f"{ENGINE_ENV} must be delta-rs or spark, got {engine!r}")
     return engine
+
+
+def canal_job_yaml(tmp_path: Path, changefeed: str, bootstrap_servers: str, topic: str, engine: str,
+                   extra: str = "") -> Path:
+    """A hand-written job YAML (``tmp_path/job.yaml``, as a user writes one) for a canal-json topic with the
+    TiDB extension, its lake and checkpoint under ``tmp_path``; ``extra``: more top-level YAML."""
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        f"""\
+changefeed: {changefeed}
+source:
+  bootstrap_servers: "{bootstrap_servers}"
+  topic: {topic}
+  protocol: canal-json
+  options: {{enable-tidb-extension: "true"}}
+sink:
+  path: {tmp_path / "lake"}
+  engine: {engine}
+checkpoint: {tmp_path / "ckpt"}
+{extra}"""
+    )
+    return path
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from ticdc_delta.cli import EXIT_RETRYABLE, EXIT_TERMINAL
 from ticdc_delta.local_broker import free_port
 from ticdc_delta.simulator import simulate
 from ticdc_delta.simulator.output import KafkaSink
-from tests.integration.conftest import job_engine
+from tests.integration.conftest import canal_job_yaml, job_engine
 
 pytestmark = pytest.mark.integration
 
@@ -33,21 +33,7 @@ def test_run_once_then_status(broker: Any, tmp_path: Path, unique_name: Any) -> 
     topic = unique_name("cli")
     simulate("canal-json", {"enable-tidb-extension": "true"}, seed=4, events=300, tables=2, partitions=2,
              sink=KafkaSink(broker.bootstrap_servers, topic, 2), topic=topic)
-    cfg = tmp_path / "job.yaml"
-    cfg.write_text(
-        f"""\
-changefeed: cli-demo
-source:
-  bootstrap_servers: "{broker.bootstrap_servers}"
-  topic: {topic}
-  protocol: canal-json
-  options: {{enable-tidb-extension: "true"}}
-sink:
-  path: {tmp_path / "lake"}
-  engine: {job_engine("spark")}
-checkpoint: {tmp_path / "ckpt"}
-"""
-    )
+    cfg = canal_job_yaml(tmp_path, "cli-demo", broker.bootstrap_servers, topic, job_engine("spark"))
     run = _cli("run", "--config", str(cfg), "--once")
     assert run.returncode == 0, run.stderr[-3000:]
     progress = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]

@@ -19,6 +19,7 @@ from ticdc_delta.simulator.output import KafkaSink
 from ticdc_delta.spark.batch_handler import _ConfiguredSink
 from ticdc_delta.spark.session import CODEGEN_CACHE_ENTRIES
 from ticdc_delta.verify import compare_with_oracle
+from tests.integration.conftest import canal_job_yaml
 
 pytestmark = pytest.mark.integration
 
@@ -51,24 +52,8 @@ def test_the_job_under_spark_submit_keeps_what_spark_submit_set(broker: Any, tmp
     topic = unique_name("submit")
     result = simulate("canal-json", {"enable-tidb-extension": "true"}, seed=11, events=300, tables=2, partitions=2,
                       sink=KafkaSink(broker.bootstrap_servers, topic, 2), topic=topic)
-    cfg_path = tmp_path / "job.yaml"
-    cfg_path.write_text(
-        f"""\
-changefeed: submitted
-source:
-  bootstrap_servers: "{broker.bootstrap_servers}"
-  topic: {topic}
-  protocol: canal-json
-  options: {{enable-tidb-extension: "true"}}
-sink:
-  path: {tmp_path / "lake"}
-  engine: spark
-checkpoint: {tmp_path / "ckpt"}
-spark:
-  conf:
-    spark.sql.shuffle.partitions: "5"
-"""
-    )
+    cfg_path = canal_job_yaml(tmp_path, "submitted", broker.bootstrap_servers, topic, "spark",
+                              'spark: {conf: {spark.sql.shuffle.partitions: "5"}}\n')
     # (the session's settings as the job sees them, printed by a probe run in the same way)
     probe = tmp_path / "probe.py"
     probe.write_text(
