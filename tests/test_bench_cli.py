@@ -16,7 +16,8 @@ from ticdc_delta.bench_latency import percentile
     [
         (["e2e", "--events", "100", "--engines", "spark", "--master", "local[1]", "--no-source"], "e2e",
          {"events": 100, "engines": ["spark"], "master": "local[1]", "no_source": True, "no_baseline": False}),
-        (["e2e"], "e2e", {"engines": ["delta-rs", "spark"], "master": None}),
+        (["e2e"], "e2e", {"engines": ["delta-rs", "spark"], "master": None, "runs": 2}),
+        (["e2e", "--runs", "3"], "e2e", {"runs": 3}),
         (["cores", "--events", "1000"], "cores", {"events": 1000, "masters": ["local[1]", "local[2]"],
                                                   "engines": ["spark"]}),
         (["latency", "--engine", "delta-rs", "--seconds", "15", "--rate", "500"], "latency",

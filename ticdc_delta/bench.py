@@ -173,7 +173,7 @@ def _cmd_e2e(args: argparse.Namespace) -> int:
 
     return run_e2e(events=args.events, partitions=args.partitions, max_offsets=args.max_offsets,
                    engines=args.engines, master=args.master, source=not args.no_source,
-                   baseline=not args.no_baseline, summary=args.summary_json)
+                   baseline=not args.no_baseline, summary=args.summary_json, runs=args.runs)
 
 
 def _cmd_cores(args: argparse.Namespace) -> int:
@@ -219,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--master", default=None, help="Spark master (default local[2])")
     e.add_argument("--no-source", action="store_true", help="skip the raw Kafka read rate")
     e.add_argument("--no-baseline", action="store_true", help="skip the append-only baseline")
+    e.add_argument("--runs", type=int, default=2,
+                   help="runs per engine, each on new tables: the first pays for the JVM's warm-up")
     e.add_argument("--summary-json", default=None, help=argparse.SUPPRESS)
     e.set_defaults(func=_cmd_e2e)
     c = sub.add_parser("cores", help="e2e per Spark master (local[1] vs local[2]), one subprocess each")
@@ -256,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         rcs = [
             _cmd_decode(argparse.Namespace(events=20000, repeat=5, protocols=list(PROTOCOL_OPTIONS), records=False)),
             _cmd_e2e(argparse.Namespace(events=args.events, partitions=4, max_offsets=250_000, engines=list(ENGINES),
-                                        master=None, no_source=False, no_baseline=False, summary_json=None)),
+                                        master=None, no_source=False, no_baseline=False, summary_json=None,
+                                        runs=2)),
             _cmd_cores(argparse.Namespace(events=args.cores_events, partitions=4, max_offsets=250_000,
                                           masters=["local[1]", "local[2]"], engines=["spark"])),
             _cmd_latency(argparse.Namespace(engines=list(ENGINES), seconds=args.seconds, rate=2000, batches=10,
