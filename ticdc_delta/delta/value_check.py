@@ -332,9 +332,10 @@ class ValueScreen:
         says why). The columnar path's screen, without working out each image's layout.
 
         Raises:
-            SinkError: (from the function) a value or column no Delta column can hold. Here: a DECIMAL whose
-                type parameters a DDL the screen could not follow made unknown (only a batch that applies
-                DDL has one; its values only the MERGE converts).
+            SinkError: here, when the function is built: a DECIMAL column whose type parameters a DDL the
+                screen could not follow made unknown (only a batch that applies DDL has one; its values
+                only the MERGE converts). The function raises it for an image with a value or column no
+                Delta column can hold.
         """
         checks = [self._column_check(schema, table, name, t, f) for name, t, f in columns]
         if any(check is _decimal_number for check in checks):
