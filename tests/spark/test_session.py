@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ticdc_delta.jars import SPARK_PACKAGES
-from ticdc_delta.spark.session import CODEGEN_CACHE_ENTRIES, jar_confs
+from ticdc_delta.spark.session import CODEGEN_CACHE_ENTRIES, jar_confs, overridden
 
 
 def test_fetched_jars_go_on_spark_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -24,6 +24,18 @@ def test_fetched_jars_go_on_spark_jars(tmp_path: Path, monkeypatch: pytest.Monke
     jars = confs["spark.jars"].split(",")
     assert jars[0] == "/opt/extra.jar"  # the user's come first
     assert sorted(Path(j).name for j in jars[1:]) == ["delta-spark_2.13-4.0.0.jar", "spark-sql-kafka-0-10_2.13-4.0.1.jar"]
+
+
+def test_what_spark_submit_set_otherwise_is_named_once_and_only_then() -> None:
+    ours = {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g", "spark.ui.enabled": "false",
+            "spark.jars": "/repo/.jars/spark/a.jar,/repo/.jars/spark/b.jar"}
+    # spark-submit writes the same jars as file: URLs, in its own order: not a difference
+    same_jars = {"spark.jars": "file:///repo/.jars/spark/b.jar,file:/repo/.jars/spark/a.jar",
+                 "spark.sql.shuffle.partitions": "400", "spark.ui.enabled": "false", "spark.app.name": "x"}
+    assert overridden(ours, same_jars) == ["spark.sql.shuffle.partitions"]
+    other_jars = {"spark.jars": "file:///repo/.jars/spark/a.jar", "spark.driver.memory": "4g"}
+    assert overridden(ours, other_jars) == ["spark.driver.memory", "spark.jars"]
+    assert overridden(ours, {}) == []
 
 
 def test_without_the_folder_spark_resolves_the_same_coordinates(

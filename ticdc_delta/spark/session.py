@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["get_or_create_spark", "jar_confs", "submitted_confs", "under_spark_submit", "CODEGEN_CACHE_ENTRIES",
-           "DEFAULT_CONFS", "DELTA_CONFS", "LOCAL_CONFS", "package_root"]
+__all__ = ["get_or_create_spark", "jar_confs", "overridden", "submitted_confs", "under_spark_submit",
+           "CODEGEN_CACHE_ENTRIES", "DEFAULT_CONFS", "DELTA_CONFS", "LOCAL_CONFS", "package_root"]
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,35 @@ def submitted_confs() -> dict[str, str]:
     return dict(SparkConf().getAll())
 
 
+_FILE_LISTS = ("spark.jars", "spark.files", "spark.submit.pyFiles")
+"""Settings that list files, which spark-submit writes as ``file:`` URLs: compared as sets of paths."""
+
+
+def _paths(value: str) -> set[str]:
+    out = set()
+    for item in value.split(","):
+        item = item.strip()
+        if item.startswith("file:"):
+            item = "/" + item[len("file:"):].lstrip("/")
+        if item:
+            out.add(item)
+    return out
+
+
+def overridden(ours: Mapping[str, str], submitted: Mapping[str, str]) -> list[str]:
+    """The keys of ``ours`` (the job's settings) that spark-submit set otherwise (``submitted``), sorted:
+    what the job logs it keeps of spark-submit's. A list of files that names the same files (spark-submit
+    writes ``file:`` URLs where the job has paths) is not a difference."""
+    kept = []
+    for key, value in ours.items():
+        if key not in submitted or submitted[key] == value:
+            continue
+        if key in _FILE_LISTS and _paths(submitted[key]) == _paths(value):
+            continue
+        kept.append(key)
+    return sorted(kept)
+
+
 def get_or_create_spark(
     app_name: str,
     master: str | None = "local[2]",
@@ -162,7 +191,7 @@ def get_or_create_spark(
         settings.update(user)
         settings.update(jar_confs(user))
         submitted = submitted_confs()
-        kept = sorted(k for k, v in settings.items() if k in submitted and submitted[k] != v)
+        kept = overridden(settings, submitted)
         if kept:
             log.info("keeping the settings spark-submit gave: %s", ", ".join(kept))
         settings = {k: v for k, v in settings.items() if k not in submitted}
