@@ -30,9 +30,16 @@ __all__ = ["get_or_create_spark", "jar_confs", "overridden", "submitted_confs", 
 
 log = logging.getLogger(__name__)
 
-CODEGEN_CACHE_ENTRIES = 2000
+CODEGEN_CACHE_ENTRIES = 500
 """Generated-code classes Spark keeps per JVM (``spark.sql.codegen.cache.maxEntries``, a static setting:
-fixed when the session starts; Spark's default 100 is fewer than one micro-batch of one table uses)."""
+fixed when the session starts; Spark's default 100 is fewer than one micro-batch of one table uses).
+
+Each entry holds its generated source and compiled class on the driver's heap: 53 KiB on average for the
+job's plans (measured: the heap freed by emptying the cache after 10 batches, 224 entries), more for wide
+tables. A long-running job fills any size (a few plans of each batch differ only in a literal), so 500
+(~26 MiB at that average) bounds it in the default 1 GiB driver heap while holding a few busy tables'
+plans; 2,000 ran the test suite's long-lived 1 GiB session out of heap. Once one table's plans are
+cached, 500 compiled no more than 2,000 did."""
 
 #: Settings for a 2-core, few-GiB machine: few shuffle partitions, no UI, Arrow on, modest memory.
 DEFAULT_CONFS: dict[str, str] = {
@@ -56,7 +63,7 @@ DEFAULT_CONFS: dict[str, str] = {
     # micro-batch of one table runs ~130 distinct ones (decode, rules, collapse, Delta's log replay, MERGE,
     # staging), so every batch evicted what the next one needed and compiled all of it again: measured
     # here ~500 compilations per 5 batches (~1.4 s of Janino and then the JIT's C2 work per batch) against
-    # ~35 per batch once the cache holds them. Entries are a few KiB of bytecode each.
+    # ~35 per batch once the cache holds them. Entries cost ~50 KiB of heap each: CODEGEN_CACHE_ENTRIES.
     "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
 }
 
