@@ -37,9 +37,9 @@ fixed when the session starts; Spark's default 100 is fewer than one micro-batch
 Each entry holds its generated source and compiled class on the driver's heap: 53 KiB on average for the
 job's plans (measured: the heap freed by emptying the cache after 10 batches, 224 entries), more for wide
 tables. A long-running job fills any size (a few plans of each batch differ only in a literal), so 500
-(~26 MiB at that average) bounds it in the default 1 GiB driver heap while holding a few busy tables'
-plans; 2,000 ran the test suite's long-lived 1 GiB session out of heap. Once one table's plans are
-cached, 500 compiled no more than 2,000 did."""
+(~26 MiB at that average, against ~100 MiB for 2,000) bounds it in the default 1 GiB driver heap while
+holding a few busy tables' plans. Once one table's plans are cached, 500 compiled no more than 2,000
+did."""
 
 #: Settings for a 2-core, few-GiB machine: few shuffle partitions, no UI, Arrow on, modest memory.
 DEFAULT_CONFS: dict[str, str] = {
