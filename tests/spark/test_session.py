@@ -36,6 +36,9 @@ def test_what_spark_submit_set_otherwise_is_named_once_and_only_then() -> None:
     other_jars = {"spark.jars": "file:///repo/.jars/spark/a.jar", "spark.driver.memory": "4g"}
     assert overridden(ours, other_jars) == ["spark.driver.memory", "spark.jars"]
     assert overridden(ours, {}) == []
+    # a path with a space, which spark-submit percent-encodes in its URL
+    spaced = {"spark.jars": "/my repo/.jars/a.jar"}
+    assert overridden(spaced, {"spark.jars": "file:/my%20repo/.jars/a.jar"}) == []
 
 
 def test_without_the_folder_spark_resolves_the_same_coordinates(

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -133,11 +134,13 @@ _FILE_LISTS = ("spark.jars", "spark.files", "spark.submit.pyFiles")
 
 
 def _paths(value: str) -> set[str]:
+    """The files of a comma-separated list, a ``file:`` URL (``file:/x``, ``file:///x``, percent-encoded as
+    spark-submit writes a path with spaces) as its path."""
     out = set()
     for item in value.split(","):
         item = item.strip()
         if item.startswith("file:"):
-            item = "/" + item[len("file:"):].lstrip("/")
+            item = unquote(urlparse(item).path)
         if item:
             out.add(item)
     return out
