@@ -15,6 +15,7 @@ six kills (each test takes minutes on 2 cores: a fresh job process and JVM per k
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import time
@@ -39,6 +40,7 @@ from ticdc_delta.spark.batch_handler import _ConfiguredSink
 from ticdc_delta.spark.job import run_job
 from ticdc_delta.verify import _expected
 
+from .conftest import capture_logs
 from .test_crash_restart import _kill_group, _start
 from .test_end_to_end import _assert_matches, _stream
 from .test_spark_engine import _assert_each_txn_committed_once, _config
@@ -191,6 +193,74 @@ def test_driver_heap_bounded_as_the_batch_grows(broker: Any, spark: Any, tmp_pat
     assert peak_large < 3 * peak_small + 8 * 2**20, (
         f"driver heap grew with the batch: {peak_small} B at {small} changes, {peak_large} B at {large} "
         f"({ratio}x the changes)")
+
+
+# --- 2b. the driver's JVM heap does not grow with the number of micro-batches ---------------------------
+
+
+def _live_instances(spark: Any, class_name: str) -> int:
+    """Live instances of ``class_name`` in the driver's JVM (a full GC first): the JVM's own class
+    histogram (``jcmd GC.class_histogram``), read through its diagnostic-command MBean."""
+    gateway, jvm = spark.sparkContext._gateway, spark.sparkContext._jvm
+
+    def array(of: Any, *items: Any) -> Any:
+        out = gateway.new_array(of, len(items))
+        for i, item in enumerate(items):
+            out[i] = item
+        return out
+
+    def cls(name: str) -> Any:
+        return jvm.java.lang.Class.forName(name)
+
+    # through the MBeanServer interface's Method: py4j looks methods up on the server's class, which is
+    # in a package the java.management module does not export
+    invoke = cls("javax.management.MBeanServer").getMethod("invoke", array(
+        jvm.java.lang.Class, cls("javax.management.ObjectName"), cls("java.lang.String"), cls("[Ljava.lang.Object;"),
+        cls("[Ljava.lang.String;")))
+    server = jvm.java.lang.management.ManagementFactory.getPlatformMBeanServer()
+    command = jvm.javax.management.ObjectName("com.sun.management:type=DiagnosticCommand")
+    histogram = invoke.invoke(server, array(
+        jvm.java.lang.Object, command, "gcClassHistogram",
+        array(jvm.java.lang.Object, gateway.new_array(jvm.java.lang.String, 0)),
+        array(jvm.java.lang.String, "[Ljava.lang.String;")))
+    for line in histogram.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[3] == class_name:
+            return int(fields[1])
+    return 0
+
+
+class _SessionsPerBatch(logging.Handler):
+    """Live ``SparkSession`` objects of the driver's JVM after micro-batches ``at`` (counted from 1)."""
+
+    def __init__(self, spark: Any, at: tuple[int, ...]) -> None:
+        super().__init__()
+        self.spark, self.at, self.batches = spark, at, 0
+        self.sessions: dict[int, int] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.batches += 1
+        if self.batches in self.at:
+            self.sessions[self.batches] = _live_instances(self.spark, "org.apache.spark.sql.classic.SparkSession")
+
+
+def test_driver_jvm_keeps_no_session_per_batch(broker: Any, spark: Any, tmp_path: Path, unique_name: Any) -> None:
+    """Many micro-batches of three tables (so MERGEs in threads, frames persisted, staging appends): the
+    driver's JVM holds as many sessions after the 16th batch as after the 4th. Spark's cache manager used to
+    copy the session for every ``persist`` and Delta's re-cache after every commit, and each batch's merge
+    threads made new sessions: ~6 sessions that were never freed, per batch, and a heap that grew until a
+    long-running job (or make test-spark's 1 GiB driver) ran out of it."""
+    topic = unique_name("sessions")
+    oracle, source = _stream(broker, topic, "canal-json", tmp_path, events=300, seed=11, tables=3)
+    source["max_offsets_per_trigger"] = max(10, oracle.counts["messages"] // 20)
+    cfg = _config(tmp_path, "job", source, "spark", sink={"merge_threads": 3})
+    counter = _SessionsPerBatch(spark, (4, 16))
+    with capture_logs("ticdc_delta.progress", counter):
+        assert run_job(cfg, once=True, spark=spark) >= 16
+    _assert_matches(cfg, oracle)
+    print(f"live SparkSession objects in the driver's JVM after batches 4 and 16: {counter.sessions}")
+    assert counter.sessions[16] - counter.sessions[4] <= 2, (
+        f"the driver's JVM gained {counter.sessions[16] - counter.sessions[4]} sessions in 12 micro-batches")
 
 
 # --- 3. SIGKILL at random moments, then restart -----------------------------------------------------------

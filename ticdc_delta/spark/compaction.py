@@ -5,9 +5,10 @@ delta-rs snapshot's file list (no Spark job unless a table is due). This module 
 ``DeltaTable.forPath(...).optimize().executeCompaction()``, which handles the column-mapping tables the
 engine creates (delta-rs 1.x cannot optimize them).
 
-It runs in a session of its own (``SparkSession.newSession()``: same SparkContext, its own SQL conf), for
-two reasons: ``OPTIMIZE``'s file sizes (``spark.databricks.delta.optimize.minFileSize`` / ``maxFileSize``)
-are set there without touching the job's session, and the MERGEs' app-transaction confs
+It runs in a session of its own (:func:`~ticdc_delta.spark.session.own_session`: same SparkContext, its
+own SQL conf, made once), for two reasons: ``OPTIMIZE``'s file sizes
+(``spark.databricks.delta.optimize.minFileSize`` / ``maxFileSize``) are set there without touching the
+job's session, and the MERGEs' app-transaction confs
 (``spark.databricks.delta.write.txnAppId`` / ``txnVersion``, set on the merging sessions around each
 MERGE) can never be seen by it: a compaction commit carries no app transaction, so it neither makes a
 later MERGE look applied nor hides one. Delta's auto compaction (``spark.databricks.delta.autoCompact``)
@@ -21,6 +22,7 @@ from typing import Any
 from deltalake import DeltaTable as RsTable
 
 from ..delta.compaction import CompactionPolicy, CompactionResult, TableCompaction
+from .session import own_session
 
 __all__ = ["spark_compaction", "OPTIMIZE_MIN_FILE_SIZE_CONF", "OPTIMIZE_MAX_FILE_SIZE_CONF"]
 
@@ -43,7 +45,7 @@ def spark_compaction(spark: Any) -> TableCompaction:
         from delta.tables import DeltaTable
 
         if not sessions:
-            sessions.append(spark.newSession())
+            sessions.append(own_session(spark))
         session = sessions[0]
         session.conf.set(OPTIMIZE_MIN_FILE_SIZE_CONF, str(policy.target_file_size))
         session.conf.set(OPTIMIZE_MAX_FILE_SIZE_CONF, str(policy.target_file_size))

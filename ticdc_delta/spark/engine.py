@@ -71,6 +71,7 @@ from .columnar import (
 )
 from .decode import LAYOUT, NAMED_SCHEMA, SPAN, few_tasks, make_decode_fn, spark_ddl
 from .delta_sink import SparkDeltaSink
+from .session import CACHE_IN_SESSION_CONFS, own_session
 
 __all__ = ["SparkEngine", "STAGING_SCHEMA", "MERGE_SOURCE_HOOK", "staging_path", "is_conflict"]
 
@@ -508,7 +509,8 @@ class SparkEngine:
         self.h = handler
         self.cfg = handler.cfg
         self.staging = staging_path(self.cfg.checkpoint)
-        self._sessions = threading.local()
+        self._sessions = threading.local()  # the merge threads' sessions, one per thread for the job's life
+        self._pool: ThreadPoolExecutor | None = None  # the merge threads, made on first use, shut in close()
         self._compaction: Any = None  # spark_compaction(spark), made on the first batch (its own session)
         self._slots: dict[int, list[int]] = {}  # shuffle partitions -> a slot value hashed to each (_group_rules)
         self._warming: threading.Thread | None = None  # _warm_snapshots' thread, joined before the next MERGE
@@ -516,8 +518,11 @@ class SparkEngine:
 
     def close(self) -> None:
         """Wait for the snapshot warm-up of the last batch (:meth:`_warm_snapshots`) to end: nothing of
-        this engine runs once the job returns."""
+        this engine runs once the job returns; and stop the merge threads (a later batch makes new ones)."""
         self._join_warming()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
     def _join_warming(self) -> None:
         thread, self._warming = self._warming, None
@@ -541,7 +546,7 @@ class SparkEngine:
         self._join_warming()
         try:
             if self._warm_session is None:
-                self._warm_session = spark.newSession()
+                self._warm_session = own_session(spark)
         except Exception as exc:  # noqa: BLE001 - the batch is committed: an optimization must not fail it
             log.debug("no session to warm snapshots in: %s", str(exc).splitlines()[0][:200])
             return
@@ -611,6 +616,8 @@ class SparkEngine:
 
         h, cfg = self.h, self.cfg
         spark = batch_df.sparkSession
+        for key, value in CACHE_IN_SESSION_CONFS.items():  # the stream's session: this batch persists frames
+            spark.conf.set(key, value)
         spec = h._decoder_spec()
         names = functools.partial(fold_name, case_sensitive=cfg.case_sensitive)
         keys = _ConfiguredKeys(cfg)
@@ -1107,22 +1114,26 @@ class SparkEngine:
         def run(task: dict) -> None:
             session = getattr(self._sessions, "session", None)
             if session is None:
-                session = self._sessions.session = spark.newSession()
+                session = self._sessions.session = own_session(spark)
                 # a pool per thread: under spark.scheduler.mode FAIR a small table's MERGE gets cores next
                 # to a busy table's instead of waiting behind its tasks (FIFO ignores pools)
                 spark.sparkContext.setLocalProperty(SCHEDULER_POOL_PROPERTY, threading.current_thread().name)
             self._merge(session, view, task)
 
-        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ticdc-merge") as pool:
-            futures = [pool.submit(run, t) for t in tasks]
-            errors = []
-            for fut in futures:
-                try:
-                    fut.result()
-                except BaseException as exc:  # noqa: BLE001 - re-raised below, first one wins
-                    errors.append(exc)
-            if errors:
-                raise errors[0]
+        # The threads, and so their sessions, live as long as the job: with new threads for every batch, the
+        # driver's JVM kept every batch's new sessions (measured: one more live session per merge thread
+        # per batch, never freed) and its heap grew with the number of batches.
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.cfg.sink.merge_threads, thread_name_prefix="ticdc-merge")
+        futures = [self._pool.submit(run, t) for t in tasks]
+        errors = []
+        for fut in futures:
+            try:
+                fut.result()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, first one wins
+                errors.append(exc)
+        if errors:
+            raise errors[0]
         self._after_merge(merged, batch_id)
 
     def _after_merge(self, merged: list[bool], batch_id: int) -> None:
