@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 JARS   := .jars
 JARS_STAMP := $(JARS)/.fetched-stamp
 
-.PHONY: install mariadb demo test test-spark test-fast bench bench-decode bench-e2e bench-cores bench-latency bench-tables soak clean
+.PHONY: install mariadb demo test test-spark test-fast bench bench-decode bench-e2e bench-cores bench-latency bench-tables bench-heap soak clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -74,6 +74,10 @@ bench-latency: $(STAMP) $(JARS_STAMP)
 
 bench-tables: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python -m ticdc_delta.bench tables
+
+## the driver's memory (JVM live heap and sessions, Python RSS) over ~100 small micro-batches, per engine
+bench-heap: $(STAMP) $(JARS_STAMP)
+	$(BIN)/python -m ticdc_delta.bench heap
 
 ## long crash/restart soak (SIGKILL at random moments until done)
 soak: $(STAMP) $(JARS_STAMP)

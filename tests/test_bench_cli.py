@@ -25,6 +25,10 @@ from ticdc_delta.bench_latency import percentile
         (["tables", "--threads", "1", "3", "--schedulers", "FAIR", "--busy", "500"], "tables",
          {"threads": [1, 3], "schedulers": ["FAIR"], "busy": 500, "tables": 8, "changes": 20, "rounds": 4,
           "summary_json": None}),
+        (["heap"], "heap", {"engines": ["delta-rs", "spark"], "tables": 4, "changes": 6000, "per_batch": 60,
+                            "every": 20, "summary_json": None}),
+        (["heap", "--engines", "spark", "--per-batch", "30", "--every", "10"], "heap",
+         {"engines": ["spark"], "per_batch": 30, "every": 10}),
     ],
 )
 def test_bench_cli_parses(argv: list[str], command: str, expected: dict[str, Any],
@@ -93,3 +97,12 @@ def test_bench_tables_refuses_an_unknown_scheduler_and_empty_rounds() -> None:
 def test_a_named_stream_writes_its_table() -> None:
     _, msg = CanalStream(2, table="t7").change()
     assert b'"table":"t7"' in msg and b'"database":"bench"' in msg
+
+
+def test_bench_heap_growth_is_per_100_batches_from_the_second_sample() -> None:
+    from ticdc_delta.bench_heap import _growth
+
+    samples = [{"batch": 20, "heap": 900}, {"batch": 40, "heap": 100}, {"batch": 60, "heap": 140},
+               {"batch": 80, "heap": 180}]
+    assert _growth(samples, "heap") == 200.0  # (180 - 100) over 40 batches; the warm-up sample left out
+    assert _growth(samples[:2], "heap") is None

@@ -19,6 +19,10 @@ subprocess per master), side by side.
 the time from a resolved ts being produced to its rows being visible under a steady load
 (:mod:`ticdc_delta.bench_latency`).
 
+``python -m ticdc_delta.bench heap`` — the driver's memory over many small micro-batches of several tables
+in one query, per engine: the JVM's live heap and sessions, the Python driver's RSS
+(:mod:`ticdc_delta.bench_heap`). Not part of ``all``: ``make bench-heap``.
+
 ``python -m ticdc_delta.bench tables`` — the spark engine with many tables per micro-batch (small ones and
 a busy one): batch and MERGE seconds per ``sink.merge_threads`` value, under Spark's ``FIFO`` and ``FAIR``
 scheduler modes (one subprocess each) (:mod:`ticdc_delta.bench_tables`).
@@ -199,6 +203,15 @@ def _cmd_tables(args: argparse.Namespace) -> int:
                       rounds=args.rounds, threads=args.threads, partitions=args.partitions)
 
 
+def _cmd_heap(args: argparse.Namespace) -> int:
+    from .bench_heap import main_child, run_heap
+
+    if args.summary_json:  # the measuring process of one engine
+        return main_child(args)
+    return run_heap(engines=args.engines, tables=args.tables, changes=args.changes, per_batch=args.per_batch,
+                    every=args.every, partitions=args.partitions)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .bench_e2e import ENGINES
 
@@ -248,6 +261,15 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--partitions", type=int, default=4)
     t.add_argument("--summary-json", default=None, help=argparse.SUPPRESS)
     t.set_defaults(func=_cmd_tables)
+    hp = sub.add_parser("heap", help="the driver's memory over many small micro-batches of several tables")
+    hp.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
+    hp.add_argument("--tables", type=int, default=4)
+    hp.add_argument("--changes", type=int, default=6_000, help="changes in the stream, over all tables")
+    hp.add_argument("--per-batch", type=int, default=60, help="Kafka messages per micro-batch")
+    hp.add_argument("--every", type=int, default=20, help="batches between two samples")
+    hp.add_argument("--partitions", type=int, default=3)
+    hp.add_argument("--summary-json", default=None, help=argparse.SUPPRESS)
+    hp.set_defaults(func=_cmd_heap)
     a = sub.add_parser("all", help="decode, e2e (both engines), cores, latency, tables")
     a.add_argument("--events", type=int, default=1_000_000)
     a.add_argument("--cores-events", type=int, default=200_000)

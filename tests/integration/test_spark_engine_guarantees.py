@@ -38,6 +38,7 @@ from ticdc_delta.simulator.workload import Workload
 from ticdc_delta.spark import engine as spark_engine
 from ticdc_delta.spark.batch_handler import _ConfiguredSink
 from ticdc_delta.spark.job import run_job
+from ticdc_delta.spark.jvm_heap import SESSION_CLASS, live_heap
 from ticdc_delta.verify import _expected
 
 from .conftest import capture_logs
@@ -198,38 +199,6 @@ def test_driver_heap_bounded_as_the_batch_grows(broker: Any, spark: Any, tmp_pat
 # --- 2b. the driver's JVM heap does not grow with the number of micro-batches ---------------------------
 
 
-def _live_instances(spark: Any, class_name: str) -> int:
-    """Live instances of ``class_name`` in the driver's JVM (a full GC first): the JVM's own class
-    histogram (``jcmd GC.class_histogram``), read through its diagnostic-command MBean."""
-    gateway, jvm = spark.sparkContext._gateway, spark.sparkContext._jvm
-
-    def array(of: Any, *items: Any) -> Any:
-        out = gateway.new_array(of, len(items))
-        for i, item in enumerate(items):
-            out[i] = item
-        return out
-
-    def cls(name: str) -> Any:
-        return jvm.java.lang.Class.forName(name)
-
-    # through the MBeanServer interface's Method: py4j looks methods up on the server's class, which is
-    # in a package the java.management module does not export
-    invoke = cls("javax.management.MBeanServer").getMethod("invoke", array(
-        jvm.java.lang.Class, cls("javax.management.ObjectName"), cls("java.lang.String"), cls("[Ljava.lang.Object;"),
-        cls("[Ljava.lang.String;")))
-    server = jvm.java.lang.management.ManagementFactory.getPlatformMBeanServer()
-    command = jvm.javax.management.ObjectName("com.sun.management:type=DiagnosticCommand")
-    histogram = invoke.invoke(server, array(
-        jvm.java.lang.Object, command, "gcClassHistogram",
-        array(jvm.java.lang.Object, gateway.new_array(jvm.java.lang.String, 0)),
-        array(jvm.java.lang.String, "[Ljava.lang.String;")))
-    for line in histogram.splitlines():
-        fields = line.split()
-        if len(fields) >= 4 and fields[3] == class_name:
-            return int(fields[1])
-    return 0
-
-
 class _SessionsPerBatch(logging.Handler):
     """Live ``SparkSession`` objects of the driver's JVM after micro-batches ``at`` (counted from 1)."""
 
@@ -241,7 +210,7 @@ class _SessionsPerBatch(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         self.batches += 1
         if self.batches in self.at:
-            self.sessions[self.batches] = _live_instances(self.spark, "org.apache.spark.sql.classic.SparkSession")
+            self.sessions[self.batches] = live_heap(self.spark).instances(SESSION_CLASS)
 
 
 def test_driver_jvm_keeps_no_session_per_batch(broker: Any, spark: Any, tmp_path: Path, unique_name: Any) -> None:
