@@ -27,7 +27,7 @@ __all__ = [
 #: The Maven coordinates of :func:`spark_jars`, for ``spark.jars.packages`` / ``spark-submit --packages``
 #: (they match jvm/spark/pom.xml; Maven resolves spark-token-provider-kafka 4.0.0 there, see the pom).
 SPARK_PACKAGES: tuple[str, ...] = (
-    "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.1",
+    "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.4",
     "io.delta:delta-spark_2.13:4.0.0",
     "io.delta:delta-storage:4.0.0",
     "com.mysql:mysql-connector-j:9.1.0",
