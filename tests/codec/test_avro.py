@@ -1249,7 +1249,7 @@ def test_fast_reader_agrees_with_fastavro_on_random_tables(case: _Case) -> None:
     for key, value in messages:
         fast = _outcome(decoder.decode, key, value)
         assert fast == _outcome(decoder._decode_general, key, value)
-        assert "Error" not in fast
+        assert fast.startswith("["), fast  # the events, not an error (a value may spell "Error")
 
 
 @settings(max_examples=300, deadline=None)
@@ -1340,7 +1340,8 @@ def test_inline_decimal_text_equals_format_unscaled(scale: int) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.integers(-(2**255), 2**255 - 1), st.integers(0, 30))
 def test_inline_decimal_text_equals_format_unscaled_for_any_value(unscaled: int, scale: int) -> None:
-    raw = unscaled.to_bytes(32, "big", signed=True).lstrip(b"\x00" if unscaled >= 0 else b"\xff") or b"\x00"
+    pad = b"\xff" if unscaled < 0 else b"\x00"
+    raw = unscaled.to_bytes(32, "big", signed=True).lstrip(pad) or pad  # -1 is all 0xff: one byte of it
     if (raw[0] >= 0x80) != (unscaled < 0):
         raw = (b"\xff" if unscaled < 0 else b"\x00") + raw
     assert _inline_decimal(scale)(raw) == avro_module._format_unscaled(unscaled, scale)
