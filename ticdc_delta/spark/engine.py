@@ -71,7 +71,7 @@ from .columnar import (
 )
 from .decode import LAYOUT, NAMED_SCHEMA, SPAN, few_tasks, make_decode_fn, spark_ddl
 from .delta_sink import SparkDeltaSink
-from .session import CACHE_IN_SESSION_CONFS, own_session
+from .session import cache_in_session, own_session
 
 __all__ = ["SparkEngine", "STAGING_SCHEMA", "MERGE_SOURCE_HOOK", "staging_path", "is_conflict"]
 
@@ -615,9 +615,7 @@ class SparkEngine:
         from pyspark import StorageLevel
 
         h, cfg = self.h, self.cfg
-        spark = batch_df.sparkSession
-        for key, value in CACHE_IN_SESSION_CONFS.items():  # the stream's session: this batch persists frames
-            spark.conf.set(key, value)
+        spark = cache_in_session(batch_df.sparkSession)  # the stream's session: this batch persists frames
         spec = h._decoder_spec()
         names = functools.partial(fold_name, case_sensitive=cfg.case_sensitive)
         keys = _ConfiguredKeys(cfg)
