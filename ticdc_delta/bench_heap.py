@@ -25,6 +25,7 @@ from typing import Any
 
 from .bench_e2e import ENGINES, CanalStream, PeakRss, _config
 from .local_broker import LocalBroker
+from .spark.jvm_heap import BatchHeapSampler
 
 __all__ = ["measure_heap", "run_heap"]
 
@@ -32,23 +33,11 @@ WATERMARK_EVERY = 20
 """Changes between two watermarks (on every partition): each micro-batch has rows to apply."""
 
 
-class _Sampler(logging.Handler):
-    """On every ``every``-th progress line (one per micro-batch): the JVM's live heap and sessions, and
-    this process's RSS."""
+class _Sampler(BatchHeapSampler):
+    """The JVM's live heap and sessions every ``every`` batches, and this process's RSS."""
 
-    def __init__(self, spark: Any, every: int) -> None:
-        super().__init__(logging.INFO)
-        self.spark, self.every, self.batches = spark, every, 0
-        self.samples: list[dict[str, int]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        from .spark.jvm_heap import SESSION_CLASS, live_heap
-
-        self.batches += 1
-        if self.batches % self.every == 0:
-            heap = live_heap(self.spark)
-            self.samples.append({"batch": self.batches, "heap": heap.total,
-                                 "sessions": heap.instances(SESSION_CLASS), "rss": PeakRss._rss("self")})
+    def sample(self) -> dict[str, int]:
+        return {**super().sample(), "rss": PeakRss._rss("self")}
 
 
 def measure_heap(*, engine: str, tables: int, changes: int, per_batch: int, every: int,

@@ -15,7 +15,6 @@ six kills (each test takes minutes on 2 cores: a fresh job process and JVM per k
 from __future__ import annotations
 
 import json
-import logging
 import os
 import random
 import time
@@ -38,7 +37,7 @@ from ticdc_delta.simulator.workload import Workload
 from ticdc_delta.spark import engine as spark_engine
 from ticdc_delta.spark.batch_handler import _ConfiguredSink
 from ticdc_delta.spark.job import run_job
-from ticdc_delta.spark.jvm_heap import SESSION_CLASS, live_heap
+from ticdc_delta.spark.jvm_heap import BatchHeapSampler
 from ticdc_delta.verify import _expected
 
 from .conftest import capture_logs
@@ -199,37 +198,24 @@ def test_driver_heap_bounded_as_the_batch_grows(broker: Any, spark: Any, tmp_pat
 # --- 2b. the driver's JVM heap does not grow with the number of micro-batches ---------------------------
 
 
-class _SessionsPerBatch(logging.Handler):
-    """Live ``SparkSession`` objects of the driver's JVM after micro-batches ``at`` (counted from 1)."""
-
-    def __init__(self, spark: Any, at: tuple[int, ...]) -> None:
-        super().__init__()
-        self.spark, self.at, self.batches = spark, at, 0
-        self.sessions: dict[int, int] = {}
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.batches += 1
-        if self.batches in self.at:
-            self.sessions[self.batches] = live_heap(self.spark).instances(SESSION_CLASS)
-
-
 def test_driver_jvm_keeps_no_session_per_batch(broker: Any, spark: Any, tmp_path: Path, unique_name: Any) -> None:
     """Many micro-batches of three tables (so MERGEs in threads, frames persisted, staging appends): the
     driver's JVM holds as many sessions after the 16th batch as after the 4th. Spark's cache manager used to
     copy the session for every ``persist`` and Delta's re-cache after every commit, and each batch's merge
-    threads made new sessions: ~6 sessions that were never freed, per batch, and a heap that grew until a
-    long-running job (or make test-spark's 1 GiB driver) ran out of it."""
+    threads made new sessions: ~5 sessions that were never freed, per batch, and a heap that grew until a
+    long-running job ran out of it."""
     topic = unique_name("sessions")
     oracle, source = _stream(broker, topic, "canal-json", tmp_path, events=300, seed=11, tables=3)
     source["max_offsets_per_trigger"] = max(10, oracle.counts["messages"] // 20)
     cfg = _config(tmp_path, "job", source, "spark", sink={"merge_threads": 3})
-    counter = _SessionsPerBatch(spark, (4, 16))
-    with capture_logs("ticdc_delta.progress", counter):
+    sampler = BatchHeapSampler(spark, 4)
+    with capture_logs("ticdc_delta.progress", sampler):
         assert run_job(cfg, once=True, spark=spark) >= 16
     _assert_matches(cfg, oracle)
-    print(f"live SparkSession objects in the driver's JVM after batches 4 and 16: {counter.sessions}")
-    assert counter.sessions[16] - counter.sessions[4] <= 2, (
-        f"the driver's JVM gained {counter.sessions[16] - counter.sessions[4]} sessions in 12 micro-batches")
+    sessions = {s["batch"]: s["sessions"] for s in sampler.samples}
+    print(f"live SparkSession objects in the driver's JVM after batches 4, 8, ...: {sessions}")
+    assert sessions[16] - sessions[4] <= 2, (
+        f"the driver's JVM gained {sessions[16] - sessions[4]} sessions in 12 micro-batches")
 
 
 # --- 3. SIGKILL at random moments, then restart -----------------------------------------------------------

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 
-from ticdc_delta.spark.jvm_heap import SESSION_CLASS, live_heap, parse_histogram
+from ticdc_delta.spark.jvm_heap import SESSION_CLASS, BatchHeapSampler, live_heap, parse_histogram
 
 HISTOGRAM = """\
  num     #instances         #bytes  class name (module)
@@ -37,3 +38,11 @@ def test_live_heap_of_the_session_jvm(spark: Any) -> None:
     assert heap.instances(SESSION_CLASS) >= 1
     assert heap.total > 2**20
     assert heap.total >= sum(b for _, b in heap.classes.values()) * 0.99
+
+
+def test_batch_heap_sampler_samples_every_nth_progress_line(spark: Any) -> None:
+    sampler = BatchHeapSampler(spark, 2)
+    for _ in range(5):
+        sampler.emit(logging.LogRecord("ticdc_delta.progress", logging.INFO, "", 0, "{}", None, None))
+    assert [s["batch"] for s in sampler.samples] == [2, 4]
+    assert all(s["sessions"] >= 1 and s["heap"] > 2**20 for s in sampler.samples)

@@ -8,10 +8,11 @@ call takes a fraction of a second on a small heap).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LiveHeap", "live_heap", "SESSION_CLASS"]
+__all__ = ["BatchHeapSampler", "LiveHeap", "live_heap", "SESSION_CLASS"]
 
 SESSION_CLASS = "org.apache.spark.sql.classic.SparkSession"
 """The JVM class of a (classic) Spark session."""
@@ -74,3 +75,23 @@ def live_heap(spark: Any) -> LiveHeap:
         array(jvm.java.lang.Object, gateway.new_array(jvm.java.lang.String, 0)),
         array(jvm.java.lang.String, "[Ljava.lang.String;")))
     return parse_histogram(str(text))
+
+
+class BatchHeapSampler(logging.Handler):
+    """A handler for the job's progress logger (``ticdc_delta.progress``, one line per micro-batch): after
+    every ``every``-th batch, :meth:`sample` is appended to ``samples``."""
+
+    def __init__(self, spark: Any, every: int) -> None:
+        super().__init__(logging.INFO)
+        self.spark, self.every, self.batches = spark, every, 0
+        self.samples: list[dict[str, int]] = []
+
+    def sample(self) -> dict[str, int]:
+        """The batch number, the JVM's live heap (bytes) and its live Spark sessions."""
+        heap = live_heap(self.spark)
+        return {"batch": self.batches, "heap": heap.total, "sessions": heap.instances(SESSION_CLASS)}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.batches += 1
+        if self.batches % self.every == 0:
+            self.samples.append(self.sample())
