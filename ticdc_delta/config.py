@@ -30,6 +30,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -148,8 +149,26 @@ def _non_empty(value: Any) -> Any:
     return value
 
 
+def _file_url(location: str) -> str:
+    """A ``file:`` URL in the one form the job's path handling knows, ``file:///x``: Hadoop writes
+    ``file:/x`` and some users ``file://localhost/x``; another host is refused (not a local file)."""
+    if location[:5].lower() != "file:" or location[5:8] == "///":
+        return location
+    rest = location[5:]
+    if rest.startswith("//"):
+        host, slash, path = rest[2:].partition("/")
+        if host.lower() not in ("", "localhost"):
+            raise ValueError(f"a file: URL names a file of this machine, not of host {host!r}")
+        rest = slash + path
+    if not rest.startswith("/"):
+        raise ValueError("a file: URL needs an absolute path (file:///x); write a relative path without file:")
+    return "file://" + rest
+
+
 SettingValue = Annotated[str, BeforeValidator(_setting_value)]
 NonEmptyStr = Annotated[str, BeforeValidator(_non_empty)]
+Location = Annotated[str, BeforeValidator(_non_empty), AfterValidator(_file_url)]
+"""A table, lake, checkpoint or dead-letter location: a path or a URI (``file:`` URLs made ``file:///x``)."""
 Settings = dict[str, SettingValue]
 
 
@@ -556,7 +575,7 @@ class CompactionConfig(_Model):
 class SinkConfig(_Model):
     """Where and how the Delta tables are written."""
 
-    path: NonEmptyStr
+    path: Location
     storage_options: Settings = {}
     metadata_columns: Annotated[MetadataColumns | None, BeforeValidator(_metadata_columns)] = None
     source_timezone: Annotated[str, BeforeValidator(_timezone)] = "UTC"
@@ -607,7 +626,7 @@ class TableMapping(_Model):
     """One ``tables:`` entry: which source table(s) it covers and where/how they land."""
 
     source: str
-    path: NonEmptyStr | None = None
+    path: Location | None = None
     key: list[NonEmptyStr] | None = None
     partition_by: list[NonEmptyStr] = []
     enabled: bool = True
@@ -673,7 +692,7 @@ def _check_unique(names: Sequence[str]) -> None:
 class DeadLetterConfig(_Model):
     """Where undecodable messages go, or whether they stop the job."""
 
-    path: NonEmptyStr | None = None
+    path: Location | None = None
     fail_on_error: bool = False
 
 
@@ -761,7 +780,7 @@ class JobConfig(_Model):
     sink: SinkConfig
     tables: list[TableMapping] = []
     dead_letter: DeadLetterConfig = DeadLetterConfig()
-    checkpoint: NonEmptyStr
+    checkpoint: Location
     trigger_interval: Annotated[str, BeforeValidator(_trigger_interval)] = "10 seconds"
     log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_log_level)] = (
         "INFO"
