@@ -202,10 +202,10 @@ def test_paths_join_for_local_paths_and_uris() -> None:
     assert cfg.dead_letter_path == "/rejects"
 
 
-@pytest.mark.parametrize("written", ["file:{p}", "file://{p}", "file://localhost{p}", "FILE:{p}"])
-def test_file_urls_become_one_form_every_local_path_reader_knows(tmp_path: Path, written: str) -> None:
-    # Hadoop writes file:/x; the job's own path handling (and delta-rs) know file:///x and plain paths: a
-    # file:/x taken for a relative path would put the lake in a directory named "file:" under the cwd
+@pytest.mark.parametrize("written", ["file:{p}", "file://{p}", "file://localhost{p}", "FILE:{p}", "{p}"])
+def test_file_urls_become_the_local_paths_they_name(tmp_path: Path, written: str) -> None:
+    # Hadoop writes file:/x: taken for a relative path it would have put the lake in a directory named
+    # "file:" under the cwd; and the overlap checks compare paths with paths
     from ticdc_delta.delta.sink import _local_path
     from ticdc_delta.spark.checkpoint import _local
 
@@ -213,7 +213,7 @@ def test_file_urls_become_one_form_every_local_path_reader_knows(tmp_path: Path,
     cfg = config_from_mapping(_cfg(**places, tables=[{"source": "shop.orders", "path": written.format(
         p=tmp_path / "orders")}]), env={})
     assert (cfg.sink.path, cfg.checkpoint, cfg.dead_letter.path) == tuple(
-        f"file://{tmp_path / key}" for key in ("sink.path", "checkpoint", "dead_letter.path"))
+        str(tmp_path / key) for key in ("sink.path", "checkpoint", "dead_letter.path"))
     assert _local_path(cfg.table_path("shop", "orders")) == str(tmp_path / "orders")
     assert _local_path(cfg.table_path("shop", "items")) == str(tmp_path / "sink.path" / "shop" / "items")
     assert _local(cfg.checkpoint) == str(tmp_path / "checkpoint")
@@ -226,6 +226,16 @@ def test_file_urls_become_one_form_every_local_path_reader_knows(tmp_path: Path,
 def test_file_urls_that_name_no_local_file_are_refused(written: str, expected: str) -> None:
     with pytest.raises(ConfigError, match=rf"sink\.path: .*{expected}"):
         config_from_mapping(_cfg(**{"sink.path": written}), env={})
+
+
+def test_a_file_url_is_decoded_and_its_overlaps_found() -> None:
+    cfg = config_from_mapping(_cfg(**{"sink.path": "file:///data/my%20lake"}), env={})
+    assert cfg.sink.path == "/data/my lake"
+    # a checkpoint written as a URL where a table lands (written as a path) is found all the same
+    cfg = config_from_mapping(_cfg(**{"sink.path": "/data/lake", "checkpoint": "file:/data/lake/shop/orders"}),
+                              env={})
+    with pytest.raises(IdentifierError, match=r"overlaps checkpoint \(/data/lake/shop/orders/state\)"):
+        cfg.table_path("shop", "orders")
 
 
 def test_config_is_immutable() -> None:

@@ -25,7 +25,7 @@ import re
 import types
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Iterator, Literal, Mapping, Sequence, Union, get_args, get_origin
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -150,9 +150,11 @@ def _non_empty(value: Any) -> Any:
 
 
 def _file_url(location: str) -> str:
-    """A ``file:`` URL in the one form the job's path handling knows, ``file:///x``: Hadoop writes
-    ``file:/x`` and some users ``file://localhost/x``; another host is refused (not a local file)."""
-    if location[:5].lower() != "file:" or location[5:8] == "///":
+    """A ``file:`` URL as the local path it names, the one form every reader of the job's locations knows
+    (the sink's, the checkpoint's and ``reset``'s local-path checks, the overlap checks here): Hadoop writes
+    ``file:/x``, others ``file:///x`` or ``file://localhost/x``, percent-encoded. Another host is refused
+    (not a file of this machine), and so is a relative path."""
+    if location[:5].lower() != "file:":
         return location
     rest = location[5:]
     if rest.startswith("//"):
@@ -162,13 +164,13 @@ def _file_url(location: str) -> str:
         rest = slash + path
     if not rest.startswith("/"):
         raise ValueError("a file: URL needs an absolute path (file:///x); write a relative path without file:")
-    return "file://" + rest
+    return unquote(rest)
 
 
 SettingValue = Annotated[str, BeforeValidator(_setting_value)]
 NonEmptyStr = Annotated[str, BeforeValidator(_non_empty)]
 Location = Annotated[str, BeforeValidator(_non_empty), AfterValidator(_file_url)]
-"""A table, lake, checkpoint or dead-letter location: a path or a URI (``file:`` URLs made ``file:///x``)."""
+"""A table, lake, checkpoint or dead-letter location: a path or a URI (a ``file:`` URL becomes its path)."""
 Settings = dict[str, SettingValue]
 
 
