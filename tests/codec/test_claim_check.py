@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import pickle
-import struct
 from pathlib import Path
 
 import orjson

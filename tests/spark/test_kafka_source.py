@@ -24,7 +24,6 @@ from ticdc_delta.spark.kafka_source import (
     KafkaDataLossError,
     commit_consumer_group_offsets,
     plan_end_offsets,
-    probe_brokers,
     read_kafka_stream,
     redact,
     to_java_client_conf,
