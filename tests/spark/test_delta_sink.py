@@ -298,3 +298,25 @@ def test_type_widening_needs_the_spark_engine(tmp_path: Path) -> None:
     assert cfg("spark").sink.type_widening
     with pytest.raises(ConfigError, match="sink.type_widening: needs engine: spark"):
         cfg("delta-rs")
+
+
+@integration
+def test_drop_and_rename_table_leave_nothing_in_delta_lakes_log_cache(spark: Any, tmp_path: Path) -> None:
+    """DROP / RENAME TABLE move files outside Delta Lake: the JVM's cached logs of both paths go with them
+    (else the old snapshot stays for an hour, and a table made again at the path is first read against it)."""
+    delta_log = getattr(getattr(spark._jvm.org.apache.spark.sql.delta, "DeltaLog$"), "MODULE$")  # the object
+    delta_log.clearCache()
+    sink = _table(spark, tmp_path)
+    assert delta_log.cacheSize() == 1
+    moved = TableIdent("s", "u")
+    assert sink.move(T, moved)
+    assert delta_log.cacheSize() == 0
+    assert spark.read.format("delta").load(sink.table_path(*moved)).count() == 2
+    assert delta_log.cacheSize() == 1
+    assert sink.drop(moved)
+    assert delta_log.cacheSize() == 0
+    # a table made again at the old path, outside Spark, is what Spark reads there
+    from deltalake import write_deltalake
+
+    write_deltalake(sink.table_path(*T), pa.table({"x": [7]}))
+    assert [r.asDict() for r in spark.read.format("delta").load(sink.table_path(*T)).collect()] == [{"x": 7}]

@@ -201,7 +201,10 @@ class SparkDeltaSink:
         Raises:
             SinkError: the files cannot be removed.
         """
-        return self.base.drop(ident)
+        try:
+            return self.base.drop(ident)
+        finally:
+            self._forget(self.table_path(*ident))
 
     def move(self, old: TableIdent, new: TableIdent) -> bool:
         """See :meth:`DeltaRsSink.move`: a directory rename on local storage; on an object store a copy by
@@ -210,7 +213,23 @@ class SparkDeltaSink:
         Raises:
             SinkError: the new location is taken, or the files cannot be moved.
         """
-        return self.base.move(old, new, copy=self.copy_table)
+        try:
+            return self.base.move(old, new, copy=self.copy_table)
+        finally:
+            self._forget(self.table_path(*old), self.table_path(*new))
+
+    def _forget(self, *paths: str) -> None:
+        """Drop the tables at ``paths`` from Delta Lake's log cache in this JVM: their files were removed
+        or moved outside Delta, and the cache would keep the old snapshot (its state and plans) for up to
+        an hour; a table made again at the same path would first be read against the old one (which Delta
+        notices by the table id, logging both snapshots whole). Never fails the DDL: a failure is logged."""
+        jvm = self.spark._jvm  # noqa: SLF001 - Delta Lake's DeltaLog has no Python API
+        for path in paths:
+            try:
+                jvm.org.apache.spark.sql.delta.DeltaLog.invalidateCache(
+                    self.spark._jsparkSession, jvm.org.apache.hadoop.fs.Path(path))  # noqa: SLF001
+            except Exception as exc:  # noqa: BLE001 - the cache only costs memory and a warning
+                log.warning("could not drop %s from Delta Lake's log cache: %s", path, exc)
 
     def copy_table(self, src: str, dst: str, app_id: str) -> None:
         """The :data:`~ticdc_delta.delta.sink.TableCopy` of the ``spark`` engine: the rows of ``src`` read and
