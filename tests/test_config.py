@@ -206,17 +206,16 @@ def test_paths_join_for_local_paths_and_uris() -> None:
 def test_file_urls_become_the_local_paths_they_name(tmp_path: Path, written: str) -> None:
     # Hadoop writes file:/x: taken for a relative path it would have put the lake in a directory named
     # "file:" under the cwd; and the overlap checks compare paths with paths
-    from ticdc_delta.delta.sink import _local_path
-    from ticdc_delta.spark.checkpoint import _local
+    from ticdc_delta.locations import local_path
 
     places = {key: written.format(p=tmp_path / key) for key in ("sink.path", "checkpoint", "dead_letter.path")}
     cfg = config_from_mapping(_cfg(**places, tables=[{"source": "shop.orders", "path": written.format(
         p=tmp_path / "orders")}]), env={})
     assert (cfg.sink.path, cfg.checkpoint, cfg.dead_letter.path) == tuple(
         str(tmp_path / key) for key in ("sink.path", "checkpoint", "dead_letter.path"))
-    assert _local_path(cfg.table_path("shop", "orders")) == str(tmp_path / "orders")
-    assert _local_path(cfg.table_path("shop", "items")) == str(tmp_path / "sink.path" / "shop" / "items")
-    assert _local(cfg.checkpoint) == str(tmp_path / "checkpoint")
+    assert local_path(cfg.table_path("shop", "orders")) == str(tmp_path / "orders")
+    assert local_path(cfg.table_path("shop", "items")) == str(tmp_path / "sink.path" / "shop" / "items")
+    assert local_path(cfg.checkpoint) == str(tmp_path / "checkpoint")
 
 
 @pytest.mark.parametrize(("written", "expected"), [

@@ -17,7 +17,9 @@ from ticdc_delta.locations import (
     child_location,
     decode_component,
     encode_component,
+    file_path,
     fold_name,
+    local_path,
     overlaps,
     table_location,
     table_name_problem,
@@ -149,3 +151,31 @@ def test_overlaps() -> None:
     assert not overlaps("/lake/s/t", "/lake/s/t2") and not overlaps("/lake/s/t", "/lake/x")
     assert not overlaps("s3://a/lake/s", "s3://b/lake/s") and not overlaps("s3://a/lake", "/lake")
     assert overlaps("lake/s/t", os.path.abspath("lake/s"))
+
+
+@pytest.mark.parametrize(("location", "path"), [
+    ("/lake/s", "/lake/s"),
+    ("lake/s", "lake/s"),
+    ("file:/lake/s", "/lake/s"),  # Hadoop's form
+    ("file:///lake/s", "/lake/s"),
+    ("file://localhost/lake/s", "/lake/s"),
+    ("FILE:///my%20lake", "/my lake"),
+    ("s3://bucket/lake", None),
+    ("s3a://bucket/lake", None),
+    ("abfss://c@acct.dfs.core.windows.net/lake", None),
+])
+def test_local_path(location: str, path: str | None) -> None:
+    assert local_path(location) == path
+
+
+@pytest.mark.parametrize(("location", "match"), [
+    ("file://nas-1/lake", "not of host 'nas-1'"),
+    ("file:lake", "needs an absolute path"),
+    ("file://", "needs an absolute path"),
+])
+def test_file_urls_that_name_no_local_file(location: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        file_path(location)
+    with pytest.raises(ValueError, match=match):
+        local_path(location)
+    assert file_path("s3://b/x") == "s3://b/x" and file_path("/x") == "/x"

@@ -25,7 +25,7 @@ import re
 import types
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Iterator, Literal, Mapping, Sequence, Union, get_args, get_origin
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -43,7 +43,7 @@ from pydantic import (
 )
 
 from .errors import ConfigError, IdentifierError
-from .locations import child_location, fold_name, overlaps, table_location
+from .locations import child_location, file_path, fold_name, overlaps, table_location
 
 __all__ = [
     "JobConfig",
@@ -149,27 +149,9 @@ def _non_empty(value: Any) -> Any:
     return value
 
 
-def _file_url(location: str) -> str:
-    """A ``file:`` URL as the local path it names, the one form every reader of the job's locations knows
-    (the sink's, the checkpoint's and ``reset``'s local-path checks, the overlap checks here): Hadoop writes
-    ``file:/x``, others ``file:///x`` or ``file://localhost/x``, percent-encoded. Another host is refused
-    (not a file of this machine), and so is a relative path."""
-    if location[:5].lower() != "file:":
-        return location
-    rest = location[5:]
-    if rest.startswith("//"):
-        host, slash, path = rest[2:].partition("/")
-        if host.lower() not in ("", "localhost"):
-            raise ValueError(f"a file: URL names a file of this machine, not of host {host!r}")
-        rest = slash + path
-    if not rest.startswith("/"):
-        raise ValueError("a file: URL needs an absolute path (file:///x); write a relative path without file:")
-    return unquote(rest)
-
-
 SettingValue = Annotated[str, BeforeValidator(_setting_value)]
 NonEmptyStr = Annotated[str, BeforeValidator(_non_empty)]
-Location = Annotated[str, BeforeValidator(_non_empty), AfterValidator(_file_url)]
+Location = Annotated[str, BeforeValidator(_non_empty), AfterValidator(file_path)]
 """A table, lake, checkpoint or dead-letter location: a path or a URI (a ``file:`` URL becomes its path)."""
 Settings = dict[str, SettingValue]
 

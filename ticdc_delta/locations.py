@@ -25,6 +25,10 @@ changefeed's ``case-sensitive`` setting decides how its filters compare them. :f
 one rule: lower-case unless ``case_sensitive``. The caller applies it where names enter the job; the
 lower-case spelling then names the Delta directory.
 
+**Local or not.** :func:`file_path` turns a ``file:`` URL into the local path it names and
+:func:`local_path` tells a local location from an object-store URI: the one reading of a location that
+the config, the sink, the checkpoint and ``reset`` share.
+
 Plain Python (no pyspark, no delta-rs): the config, the planner and the executors use it.
 """
 
@@ -33,6 +37,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from urllib.parse import unquote
 
 from .errors import IdentifierError
 
@@ -48,6 +53,8 @@ __all__ = [
     "child_location",
     "check_inside",
     "overlaps",
+    "file_path",
+    "local_path",
 ]
 
 ESCAPE = "@"
@@ -59,6 +66,39 @@ _NOT_FIRST = frozenset("._")
 _ESCAPED_RE = re.compile(r"@(?:u([0-9a-f]{6})|([0-9a-f]{4}))")
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _QUOTE_LIMIT = 80
+
+
+def file_path(location: str) -> str:
+    """``location`` with a ``file:`` URL written as the local path it names, anything else as it is.
+
+    Hadoop writes ``file:/x``, others ``file:///x`` or ``file://localhost/x``, percent-encoded; all
+    three name ``/x``.
+
+    Raises:
+        ValueError: a ``file:`` URL of another host (not a file of this machine) or with a relative path.
+    """
+    if location[:5].lower() != "file:":
+        return location
+    rest = location[5:]
+    if rest.startswith("//"):
+        host, slash, path = rest[2:].partition("/")
+        if host.lower() not in ("", "localhost"):
+            raise ValueError(f"a file: URL names a file of this machine, not of host {host!r}")
+        rest = slash + path
+    if not rest.startswith("/"):
+        raise ValueError("a file: URL needs an absolute path (file:///x); write a relative path without file:")
+    return unquote(rest)
+
+
+def local_path(location: str) -> str | None:
+    """The filesystem path of a local location (a path or a ``file:`` URL), ``None`` for an
+    object-store or other URI (``s3://``, ``abfss://``...).
+
+    Raises:
+        ValueError: a ``file:`` URL :func:`file_path` refuses.
+    """
+    path = file_path(location)
+    return None if _SCHEME_RE.match(path) else path
 
 
 def _shown(name: str) -> str:

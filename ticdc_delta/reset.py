@@ -37,11 +37,11 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
-from urllib.parse import unquote, urlparse
 
 from .config import JobConfig
 from .delta.state_store import RESET_BATCH_ID, PipelineState, StateStore
 from .errors import CheckpointMismatchError, SinkError
+from .locations import local_path
 
 __all__ = ["ResetPlan", "plan_reset", "apply_reset", "STATE_START"]
 
@@ -180,7 +180,7 @@ def apply_reset(cfg: JobConfig, plan: ResetPlan, *, spark: Any = None) -> None:
 
 
 def _delete_dir(path: str, spark: Any) -> None:
-    local = path if "://" not in path else (unquote(urlparse(path).path) if path.startswith("file:") else None)
+    local = local_path(path)
     try:
         if local is not None:
             if os.path.exists(local):

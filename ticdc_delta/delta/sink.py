@@ -37,7 +37,6 @@ import shutil
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence, TypeVar, runtime_checkable
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -54,7 +53,14 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.fs import DeltaStorageHandler
 
 from ticdc_delta.errors import ConcurrentCommitError, SinkError
-from ticdc_delta.locations import check_inside, child_location, decode_component, encode_component, table_location
+from ticdc_delta.locations import (
+    check_inside,
+    child_location,
+    decode_component,
+    encode_component,
+    local_path,
+    table_location,
+)
 
 __all__ = [
     "OP_COLUMN",
@@ -345,16 +351,6 @@ def run_commit(
     raise ConcurrentCommitError(
         f"{action} {path}: lost to concurrent commits {max_retries + 1} times; last: {last}"
     ) from last
-
-
-def _local_path(path: str) -> str | None:
-    """The filesystem path of a local table location, or ``None`` for an object-store URI."""
-    if "://" not in path:
-        return path
-    parsed = urlparse(path)
-    if parsed.scheme == "file":
-        return unquote(parsed.path)
-    return None
 
 
 def check_txn(txn: Txn) -> Txn:
@@ -971,7 +967,7 @@ class DeltaRsSink:
             log.info("finishing the move of %s to %s: the copy is complete, dropping the old table", src, dst)
             self.drop(old)
             return True
-        local_src, local_dst = _local_path(src), _local_path(dst)
+        local_src, local_dst = local_path(src), local_path(dst)
         try:
             if local_src is not None and local_dst is not None:
                 if os.path.exists(local_dst):
@@ -1017,7 +1013,7 @@ class DeltaRsSink:
             SinkError: the object store cannot be listed.
         """
         base = child_location(self.root, path_component(schema))
-        local = _local_path(base)
+        local = local_path(base)
         if local is not None:
             names = sorted(n for n in os.listdir(local) if os.path.isdir(os.path.join(local, n, "_delta_log"))) \
                 if os.path.isdir(local) else []
@@ -1047,7 +1043,7 @@ class DeltaRsSink:
         path = self._removable(ident)
         try:
             existed = self._load(path) is not None
-            local = _local_path(path)
+            local = local_path(path)
             if local is not None:
                 if os.path.isdir(local):
                     shutil.rmtree(os.path.join(local, "_delta_log"), ignore_errors=True)

@@ -23,9 +23,9 @@ import json
 import logging
 import re
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from ..errors import CheckpointMismatchError, ConcurrentJobError
+from ..locations import local_path
 
 __all__ = ["SparkCheckpoint", "check_state_belongs", "concurrent_job_error", "RECOVERY_HINT"]
 
@@ -36,13 +36,6 @@ RECOVERY_HINT = (
     "`python -m ticdc_delta reset --config <your.yaml> --from earliest|latest|offsets --yes` "
     "(see README, 'Recovery'); to keep the old state, restore the matching {checkpoint}/spark instead"
 )
-
-
-def _local(path: str) -> str | None:
-    if "://" not in path:
-        return path
-    parsed = urlparse(path)
-    return unquote(parsed.path) if parsed.scheme == "file" else None
 
 
 class SparkCheckpoint:
@@ -61,7 +54,7 @@ class SparkCheckpoint:
 
     def _read(self, leaf: str) -> str | None:
         path = f"{self.location}/{leaf}"
-        local = _local(path)
+        local = local_path(path)
         if local is not None:
             try:
                 with open(local, encoding="utf-8") as fh:

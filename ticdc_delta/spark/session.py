@@ -21,7 +21,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
+
+from ..locations import file_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -160,8 +161,10 @@ def _paths(value: str) -> set[str]:
     out = set()
     for item in value.split(","):
         item = item.strip()
-        if item.startswith("file:"):
-            item = unquote(urlparse(item).path)
+        try:
+            item = file_path(item)
+        except ValueError:  # another host's file: not this machine's path, compared as written
+            pass
         if item:
             out.add(item)
     return out
