@@ -362,6 +362,52 @@ def test_query_reads_exactly_what_was_produced(
 
 
 @pytest.mark.integration
+def test_listener_bus_drains_before_a_listener_goes(
+    spark: Any, broker: LocalBroker, unique_name: Callable[[str], str], checkpoint_dir: Path
+) -> None:
+    # run_job removes its group-mirror listener once the query stopped; Spark delivers events to
+    # listeners asynchronously, so a delivery may still be under way (here: a slow listener) and a process
+    # that exits then makes the JVM log the failed call into Python. Draining first delivers it.
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    from ticdc_delta.spark.job import drain_listener_bus
+
+    seen: list[int] = []
+    gate = threading.Event()
+
+    class Slow(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            gate.wait(60)
+            time.sleep(1.0)  # (a drain that did not wait would find nothing yet)
+            seen.append(event.progress.batchId)
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    topic = unique_name("drain")
+    broker.create_topic(topic, partitions=1)
+    _produce(broker, topic, 1, 5)
+    listener = Slow()
+    spark.streams.addListener(listener)
+    try:
+        _run_once(_stream(spark, broker, [topic]), checkpoint_dir, Collector())
+        assert not seen  # still in the slow listener: what a removal right now would race
+        gate.set()
+        assert drain_listener_bus(spark, timeout_s=30)
+        assert seen == [0]
+    finally:
+        gate.set()
+        spark.streams.removeListener(listener)
+    assert drain_listener_bus(spark, timeout_s=30)
+
+
+@pytest.mark.integration
 def test_query_starting_offsets_latest_and_explicit(
     spark: Any, broker: LocalBroker, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:

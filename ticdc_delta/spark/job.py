@@ -17,7 +17,7 @@ from typing import Any
 from ..config import JobConfig
 from .batch_handler import BatchHandler
 
-__all__ = ["run_job", "build_handler", "spark_for"]
+__all__ = ["run_job", "build_handler", "spark_for", "drain_listener_bus"]
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,27 @@ def _group_mirror_listener(mirror: Any, query_name: str) -> Any:
     return GroupMirrorListener()
 
 
+LISTENER_DRAIN_S = 10.0
+"""How long :func:`run_job` waits, after its query stopped, for Spark's listener bus to deliver the events
+already posted (the last progress event to the group mirror) before it removes the listener."""
+
+
+def drain_listener_bus(spark: Any, timeout_s: float = LISTENER_DRAIN_S) -> bool:
+    """Wait until Spark's listener bus has delivered every event posted so far (to Python listeners too),
+    at most ``timeout_s``; whether it did.
+
+    The bus is asynchronous: removing a listener does not stop a delivery already under way, and a
+    Python process that exits during one leaves the JVM to log its failed call into Python (the listener
+    "threw an exception") at the end of a `run --once`."""
+    try:
+        bus = spark.sparkContext._jsc.sc().listenerBus()  # noqa: SLF001 - no public API drains the bus
+        bus.waitUntilEmpty(int(timeout_s * 1000))
+    except Exception:  # noqa: BLE001 - a timeout, or a JVM without the method: the job is done either way
+        log.debug("Spark's listener bus did not drain within %.0f s", timeout_s, exc_info=True)
+        return False
+    return True
+
+
 def commit_progress(mirror: Any, progress: Any) -> None:
     """Mirror the end offsets of a query progress (``StreamingQueryProgress``) to the consumer group."""
     import json
@@ -196,6 +217,7 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
             commit_progress(mirror, query.lastProgress)
     finally:
         if listener is not None:
+            drain_listener_bus(spark)
             spark.streams.removeListener(listener)
     if handler.error is not None:
         raise handler.error
