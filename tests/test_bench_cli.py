@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from ticdc_delta import bench
-from ticdc_delta.bench_e2e import CanalStream, PeakRss, generate_stream
+from ticdc_delta.bench_e2e import CanalStream, PeakRss, _core_views, _master_cores, generate_stream
 from ticdc_delta.bench_latency import percentile
 
 
@@ -19,7 +19,10 @@ from ticdc_delta.bench_latency import percentile
         (["e2e"], "e2e", {"engines": ["delta-rs", "spark"], "master": None, "runs": 2}),
         (["e2e", "--runs", "3"], "e2e", {"runs": 3}),
         (["cores", "--events", "1000"], "cores", {"events": 1000, "masters": ["local[1]", "local[2]"],
-                                                  "engines": ["spark"]}),
+                                                  "engines": ["spark"], "runs": 2}),
+        (["cores", "--runs", "1"], "cores", {"runs": 1, "no_pin": False}),
+        (["cores", "--no-pin"], "cores", {"no_pin": True}),
+        (["e2e", "--cpus", "1"], "e2e", {"cpus": 1}),
         (["latency", "--engine", "delta-rs", "--seconds", "15", "--rate", "500"], "latency",
          {"engines": ["delta-rs"], "seconds": 15.0, "rate": 500, "batches": 10}),
         (["tables", "--threads", "1", "3", "--schedulers", "FAIR", "--busy", "500"], "tables",
@@ -106,3 +109,28 @@ def test_bench_heap_growth_is_per_100_batches_from_the_second_sample() -> None:
                {"batch": 80, "heap": 180}]
     assert _growth(samples, "heap") == 200.0  # (180 - 100) over 40 batches; the warm-up sample left out
     assert _growth(samples[:2], "heap") is None
+
+
+def test_core_views_set_the_warm_runs_against_the_warm_baseline() -> None:
+    rates = [9_000.0, 14_000.0, 13_000.0]
+    assert [(label, base, pick(rates)) for label, base, pick in _core_views(3)] == [
+        ("first run, fresh JVM", "baseline_per_s", 9_000.0),
+        ("best later run, warm JVM", "baseline_warm_per_s", 14_000.0)]
+    assert [base for _, base, _ in _core_views(1)] == ["baseline_per_s"]  # one run: no warm view
+
+
+@pytest.mark.parametrize(("master", "cores"), [("local[1]", 1), ("local[2]", 2), (" local[4,3] ", 4), ("local[*]", None),
+                                               ("local", None), ("spark://host:7077", None)])
+def test_master_cores(master: str, cores: int | None) -> None:
+    assert _master_cores(master) == cores
+
+
+def test_e2e_refuses_more_cpus_than_it_may_use() -> None:
+    import os
+
+    from ticdc_delta.bench_e2e import run_e2e
+
+    with pytest.raises(ValueError, match="cpus must be between 1 and"):
+        run_e2e(events=10, cpus=len(os.sched_getaffinity(0)) + 1)
+    with pytest.raises(ValueError, match="cpus must be between 1 and"):
+        run_e2e(events=10, cpus=0)

@@ -13,7 +13,8 @@ decoded rows instead (the limit for this source and decoder), their ratio, and t
 the source — for both engines (``--engines delta-rs spark``), with each engine's driver peak RSS growth.
 
 ``python -m ticdc_delta.bench cores`` — the spark engine's e2e under ``local[1]`` and ``local[2]`` (one
-subprocess per master), side by side.
+subprocess per master, ``local[N]`` pinned to N cores), side by side: the first run in a fresh JVM and the
+best later run in the warm one.
 
 ``python -m ticdc_delta.bench latency`` — per engine, the fixed cost of a micro-batch of one change, and
 the time from a resolved ts being produced to its rows being visible under a steady load
@@ -177,14 +178,15 @@ def _cmd_e2e(args: argparse.Namespace) -> int:
 
     return run_e2e(events=args.events, partitions=args.partitions, max_offsets=args.max_offsets,
                    engines=args.engines, master=args.master, source=not args.no_source,
-                   baseline=not args.no_baseline, summary=args.summary_json, runs=args.runs)
+                   baseline=not args.no_baseline, summary=args.summary_json, runs=args.runs, cpus=args.cpus)
 
 
 def _cmd_cores(args: argparse.Namespace) -> int:
     from .bench_e2e import run_cores
 
     return run_cores(events=args.events, masters=args.masters, engines=args.engines,
-                     partitions=args.partitions, max_offsets=args.max_offsets)
+                     partitions=args.partitions, max_offsets=args.max_offsets, runs=args.runs,
+                     pin=not args.no_pin)
 
 
 def _cmd_latency(args: argparse.Namespace) -> int:
@@ -234,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--no-baseline", action="store_true", help="skip the append-only baseline")
     e.add_argument("--runs", type=int, default=2,
                    help="runs per engine, each on new tables: the first pays for the JVM's warm-up")
+    e.add_argument("--cpus", type=int, default=None,
+                   help="pin the Spark driver, its JVM and workers to this many cores (the broker keeps all)")
     e.add_argument("--summary-json", default=None, help=argparse.SUPPRESS)
     e.set_defaults(func=_cmd_e2e)
     c = sub.add_parser("cores", help="e2e per Spark master (local[1] vs local[2]), one subprocess each")
@@ -242,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--max-offsets", type=int, default=250_000)
     c.add_argument("--masters", nargs="+", default=["local[1]", "local[2]"])
     c.add_argument("--engines", nargs="+", choices=ENGINES, default=["spark"])
+    c.add_argument("--runs", type=int, default=2,
+                   help="runs per master: the first pays for the JVM's warm-up (its JIT takes the second core)")
+    c.add_argument("--no-pin", action="store_true",
+                   help="do not pin local[N] to N cores (its driver threads and JIT then use the others)")
     c.set_defaults(func=_cmd_cores)
     lat = sub.add_parser("latency", help="per-batch fixed cost and resolved-ts → visible latency")
     lat.add_argument("--engines", "--engine", nargs="+", choices=ENGINES, default=list(ENGINES))
@@ -281,9 +289,10 @@ def main(argv: list[str] | None = None) -> int:
             _cmd_decode(argparse.Namespace(events=20000, repeat=5, protocols=list(PROTOCOL_OPTIONS), records=False)),
             _cmd_e2e(argparse.Namespace(events=args.events, partitions=4, max_offsets=250_000, engines=list(ENGINES),
                                         master=None, no_source=False, no_baseline=False, summary_json=None,
-                                        runs=2)),
+                                        runs=2, cpus=None)),
             _cmd_cores(argparse.Namespace(events=args.cores_events, partitions=4, max_offsets=250_000,
-                                          masters=["local[1]", "local[2]"], engines=["spark"])),
+                                          masters=["local[1]", "local[2]"], engines=["spark"], runs=2,
+                                          no_pin=False)),
             _cmd_latency(argparse.Namespace(engines=list(ENGINES), seconds=args.seconds, rate=2000, batches=10,
                                             partitions=4, master=None)),
             _cmd_tables(argparse.Namespace(schedulers=["FIFO", "FAIR"], tables=8, changes=20, busy=20_000, rounds=4,
