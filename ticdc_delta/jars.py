@@ -28,8 +28,8 @@ __all__ = [
 #: (they match jvm/spark/pom.xml; Maven resolves spark-token-provider-kafka 4.0.0 there, see the pom).
 SPARK_PACKAGES: tuple[str, ...] = (
     "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.4",
-    "io.delta:delta-spark_2.13:4.0.0",
-    "io.delta:delta-storage:4.0.0",
+    "io.delta:delta-spark_2.13:4.0.1",
+    "io.delta:delta-storage:4.0.1",
     "com.mysql:mysql-connector-j:9.1.0",
 )
 

@@ -573,7 +573,7 @@ def test_session_is_tuned_and_lets_workers_import_the_package(spark: Any) -> Non
     assert get_or_create_spark("again") is spark  # the active session is reused
     # Spark's Kafka source and Delta Lake come from the jars make fetched (.jars/spark)
     jars = conf.get("spark.jars") or ""
-    assert "spark-sql-kafka-0-10_2.13-4.0.4.jar" in jars and "delta-spark_2.13-4.0.0.jar" in jars
+    assert "spark-sql-kafka-0-10_2.13-4.0.4.jar" in jars and "delta-spark_2.13-4.0.1.jar" in jars
     assert spark.conf.get("spark.sql.extensions") == "io.delta.sql.DeltaSparkSessionExtension"
     assert spark.conf.get("spark.sql.catalog.spark_catalog") == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 

@@ -4,6 +4,7 @@ what its settings do."""
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +17,14 @@ from ticdc_delta.spark.session import CODEGEN_CACHE_ENTRIES, jar_confs, overridd
 def test_fetched_jars_go_on_spark_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "spark"
     folder.mkdir()
-    for name in ("spark-sql-kafka-0-10_2.13-4.0.4.jar", "delta-spark_2.13-4.0.0.jar"):
+    for name in ("spark-sql-kafka-0-10_2.13-4.0.4.jar", "delta-spark_2.13-4.0.1.jar"):
         (folder / name).write_bytes(b"")
     monkeypatch.setenv("TICDC_DELTA_JARS", str(tmp_path))
     confs = jar_confs({"spark.jars": "/opt/extra.jar"})
     assert list(confs) == ["spark.jars"]
     jars = confs["spark.jars"].split(",")
     assert jars[0] == "/opt/extra.jar"  # the user's come first
-    assert sorted(Path(j).name for j in jars[1:]) == ["delta-spark_2.13-4.0.0.jar", "spark-sql-kafka-0-10_2.13-4.0.4.jar"]
+    assert sorted(Path(j).name for j in jars[1:]) == ["delta-spark_2.13-4.0.1.jar", "spark-sql-kafka-0-10_2.13-4.0.4.jar"]
 
 
 def test_what_spark_submit_set_otherwise_is_named_once_and_only_then() -> None:
@@ -50,7 +51,7 @@ def test_without_the_folder_spark_resolves_the_same_coordinates(
         "spark.jars.packages": ",".join(["org.apache.hadoop:hadoop-aws:3.4.1", *SPARK_PACKAGES])
     }
     assert "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.4" in SPARK_PACKAGES
-    assert "io.delta:delta-spark_2.13:4.0.0" in SPARK_PACKAGES
+    assert "io.delta:delta-spark_2.13:4.0.1" in SPARK_PACKAGES
 
 
 def test_packages_match_the_pom() -> None:
@@ -58,10 +59,14 @@ def test_packages_match_the_pom() -> None:
     for coordinate in SPARK_PACKAGES:
         group, artifact, version = coordinate.split(":")
         assert f"<artifactId>{artifact}</artifactId>" in pom
-    assert "<spark.version>4.0.4</spark.version>" in pom and "<delta.version>4.0.0</delta.version>" in pom
+    spark_version = re.search(r"<spark.version>([^<]+)</spark.version>", pom).group(1)  # type: ignore[union-attr]
+    delta_version = re.search(r"<delta.version>([^<]+)</delta.version>", pom).group(1)  # type: ignore[union-attr]
+    assert f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version}" in SPARK_PACKAGES
+    assert {f"io.delta:delta-spark_2.13:{delta_version}", f"io.delta:delta-storage:{delta_version}"} <= set(SPARK_PACKAGES)
     # the same versions as the pinned Python packages
     pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
-    assert '"pyspark==4.0.4"' in pyproject and '"delta-spark==4.0.0"' in pyproject
+    assert f'"pyspark=={spark_version}"' in pyproject and f'"delta-spark=={delta_version}"' in pyproject
+    assert (spark_version, delta_version) == ("4.0.4", "4.0.1")
 
 
 def test_a_batch_worth_of_generated_code_is_compiled_once(spark: Any) -> None:
