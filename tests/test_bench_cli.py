@@ -134,3 +134,22 @@ def test_e2e_refuses_more_cpus_than_it_may_use() -> None:
         run_e2e(events=10, cpus=len(os.sched_getaffinity(0)) + 1)
     with pytest.raises(ValueError, match="cpus must be between 1 and"):
         run_e2e(events=10, cpus=0)
+
+
+def test_generated_messages_take_their_own_size_in_memory() -> None:
+    """``orjson.dumps`` hands back a buffer of 4-8 KiB whatever the JSON's length, never shrunk: the 1M
+    messages ``bench e2e`` keeps took ~8 GiB. Each kept message must take about its length."""
+    import tracemalloc
+
+    stream = CanalStream(4)
+    tracemalloc.start()
+    try:
+        kept = [stream.change()[1] for _ in range(2000)]
+        kept.append(stream.watermark())
+        payload = sum(len(m) for m in kept)
+        with_them = tracemalloc.get_traced_memory()[0]
+        del kept
+        held = with_them - tracemalloc.get_traced_memory()[0]  # what the kept messages (and their list) held
+    finally:
+        tracemalloc.stop()
+    assert payload < held < 1.1 * payload + 20_000, (held, payload)
