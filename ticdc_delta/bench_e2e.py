@@ -136,9 +136,9 @@ class CanalStream:
         """A ``TIDB_WATERMARK`` message resolving everything generated so far (to send to every partition)."""
         ts = self.ts
         return _json({"id": 0, "database": "", "table": "", "pkNames": None, "isDdl": False,
-                             "type": "TIDB_WATERMARK", "es": ts >> 18, "ts": ts >> 18, "sql": "",
-                             "sqlType": None, "mysqlType": None, "data": None, "old": None,
-                             "_tidb": {"watermarkTs": ts}})
+                      "type": "TIDB_WATERMARK", "es": ts >> 18, "ts": ts >> 18, "sql": "",
+                      "sqlType": None, "mysqlType": None, "data": None, "old": None,
+                      "_tidb": {"watermarkTs": ts}})
 
 
 def generate_stream(events: int, partitions: int, *, seed: int = 1) -> tuple[list[list[bytes]], dict[int, dict]]:
