@@ -153,3 +153,46 @@ def test_generated_messages_take_their_own_size_in_memory() -> None:
     finally:
         tracemalloc.stop()
     assert payload < held < 1.1 * payload + 20_000, (held, payload)
+
+
+def _progress_line(rows: int, seconds: float, timings: dict[str, float]) -> None:
+    """One progress line as the job logs it (``BatchHandler._progress`` itself)."""
+    from types import SimpleNamespace
+
+    from ticdc_delta.spark.batch_handler import BatchHandler
+
+    handler = SimpleNamespace(cfg=SimpleNamespace(changefeed="cf"))
+    plan = SimpleNamespace(topic_watermarks={"t": None}, held=0, replays_dropped=0, rejected=[])
+    result = SimpleNamespace(rows=rows, ddl_applied=0)
+    BatchHandler._progress(handler, 0, {}, {"row": rows, "resolved": 4}, plan, result, 0, seconds, timings)  # type: ignore[arg-type]
+
+
+def test_batch_phases_take_the_median_of_the_full_batches(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from ticdc_delta.bench_e2e import BatchPhases, phases_line
+
+    progress = logging.getLogger("ticdc_delta.progress")
+    before = (progress.level, progress.propagate)
+    with caplog.at_level(logging.INFO), BatchPhases() as phases:
+        _progress_line(1000, 9.0, {"read_decode": 4.0, "plan": 3.0, "apply": 2.0})  # the first, slow batch
+        _progress_line(990, 5.0, {"read_decode": 2.0, "plan": 2.0, "apply": 1.0})
+        _progress_line(1000, 6.0, {"read_decode": 3.0, "plan": 2.0, "apply": 1.0, "compact": 0.001})
+        _progress_line(40, 1.0, {"read_decode": 0.5, "plan": 0.2, "apply": 0.3})  # what was left: not full
+    assert not [r for r in caplog.records if r.name == "ticdc_delta.progress"]  # kept by the bench, not printed
+    assert (progress.level, progress.propagate) == before
+    assert [b["rows"] for b in phases.full()] == [1000, 990, 1000]
+    assert phases.medians() == {"read_decode": 3.0, "plan": 2.0, "apply": 1.0, "compact": 0.0, "batch": 6.0,
+                                "rows": 1000}
+    assert phases_line(phases) == ("  phases : a batch of 1,000 row events 6.00 s (median of 3): read+decode 3.00 s, "
+                                   "rules 2.00 s, MERGE 1.00 s; the run's first batch 9.00 s")
+    _progress_line(10, 1.0, {"read_decode": 1.0})  # after the block: not recorded
+    assert len(phases.batches) == 4
+
+
+def test_batch_phases_without_batches() -> None:
+    from ticdc_delta.bench_e2e import BatchPhases, phases_line
+
+    with BatchPhases() as phases:
+        pass
+    assert phases.medians() == {} and phases_line(phases) is None

@@ -15,7 +15,8 @@ updates, 10 % deletes over a growing key space of one 10-column table, rows disp
 
 Both engines (``sink.engine: delta-rs`` and ``spark``) run in the same process, one after the other, each
 on its own checkpoint and tables; for each, the driver's peak RSS growth during its run (``VmRSS`` of this
-Python process, and of the Spark JVM it started, sampled every 50 ms; peak − before the run). Each engine
+Python process, and of the Spark JVM it started, sampled every 50 ms; peak − before the run) and where a
+full micro-batch's time went (:class:`BatchPhases`: the progress lines' ``timings``). Each engine
 runs the stream ``runs`` times (2 by default, each on new tables): the first run of a fresh JVM pays for
 its warm-up (the JIT), the later ones show the rate a long-running job settles at, compared with the
 baseline run once more at the end, in the warm JVM. The Spark
@@ -26,9 +27,11 @@ per master.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,7 +47,7 @@ import orjson
 from .codec import DecodeContext, decoder_for
 from .local_broker import LocalBroker
 
-__all__ = ["ENGINES", "CanalStream", "PeakRss", "generate_stream", "run_cores", "run_e2e"]
+__all__ = ["ENGINES", "BatchPhases", "CanalStream", "PeakRss", "generate_stream", "run_cores", "run_e2e"]
 
 #: the two values of ``sink.engine``, in the order they are measured
 ENGINES = ("delta-rs", "spark")
@@ -204,6 +207,86 @@ class PeakRss:
         """Peak − before for ``pid`` (``"self"``: this process), in bytes."""
         key = str(pid)
         return self.peak.get(key, 0) - self.before.get(key, 0)
+
+
+class BatchPhases:
+    """The job's progress lines (logger ``ticdc_delta.progress``, one JSON line per micro-batch) while in
+    the ``with`` block: each batch's row events and its ``timings`` (seconds per phase of the engine:
+    ``read_decode``, ``plan``, ``apply``, ``state``...). The lines are kept here, not printed: the logger
+    is set to ``INFO`` and stops propagating for the block, and is put back as it was after it."""
+
+    def __init__(self) -> None:
+        self.batches: list[dict[str, Any]] = []
+        self._log = logging.getLogger("ticdc_delta.progress")
+        self._handler = _CallHandler(self._record)
+        self._saved: tuple[int, bool] = (logging.NOTSET, True)
+
+    def _record(self, record: logging.LogRecord) -> None:
+        try:
+            line = json.loads(record.getMessage())
+        except ValueError:
+            return
+        if isinstance(line, dict) and isinstance(line.get("timings"), dict):
+            self.batches.append({"rows": (line.get("events") or {}).get("row", 0), "seconds": line.get("seconds", 0.0),
+                                 "timings": line["timings"]})
+
+    def __enter__(self) -> "BatchPhases":
+        self._saved = (self._log.level, self._log.propagate)
+        self._log.setLevel(logging.INFO)
+        self._log.propagate = False
+        self._log.addHandler(self._handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._log.removeHandler(self._handler)
+        self._log.setLevel(self._saved[0])
+        self._log.propagate = self._saved[1]
+
+    def full(self) -> list[dict[str, Any]]:
+        """The batches of a full size: at least 90 % of the row events of the run's largest batch (the
+        last batch of a stream usually holds only what is left)."""
+        most = max((b["rows"] for b in self.batches), default=0)
+        return [b for b in self.batches if most and b["rows"] >= 0.9 * most]
+
+    def medians(self) -> dict[str, float]:
+        """Per phase, the median seconds over :meth:`full` batches (phases in the order the job logs them),
+        with ``batch``: a full batch's median seconds in all and ``rows``: its median row events."""
+        full = self.full()
+        if not full:
+            return {}
+        names = list(dict.fromkeys(name for b in full for name in b["timings"]))
+        out = {name: statistics.median(b["timings"].get(name, 0.0) for b in full) for name in names}
+        out["batch"] = statistics.median(b["seconds"] for b in full)
+        out["rows"] = statistics.median(b["rows"] for b in full)
+        return out
+
+
+class _CallHandler(logging.Handler):
+    def __init__(self, call: Callable[[logging.LogRecord], None]) -> None:
+        super().__init__(logging.INFO)
+        self._call = call
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._call(record)
+
+
+_PHASE_NAMES = {"read_decode": "read+decode", "unpack": "unpack", "plan": "rules", "apply": "MERGE",
+                "state": "state", "compact": "compaction"}
+
+
+def phases_line(phases: BatchPhases) -> str | None:
+    """What a run's batches spent per phase: the median full batch (:meth:`BatchPhases.medians`), the
+    phases of 0.01 s or more, and the first batch of the run (a fresh JVM's is the slowest); ``None``
+    without a full batch."""
+    med = phases.medians()
+    if not med:
+        return None
+    parts = [f"{_PHASE_NAMES.get(name, name)} {secs:.2f} s" for name, secs in med.items()
+             if name not in ("batch", "rows") and secs >= 0.01]
+    n = len(phases.full())
+    first = phases.batches[0]["seconds"]
+    return (f"  phases : a batch of {med['rows']:,.0f} row events {med['batch']:.2f} s (median of {n}): "
+            + ", ".join(parts) + f"; the run's first batch {first:.2f} s")
 
 
 def jvm_pid(spark: Any) -> int | None:
@@ -417,7 +500,7 @@ def run_e2e(*, events: int = 1_000_000, partitions: int = 4, max_offsets: int = 
                     # each run on tables and a checkpoint of its own: the same work again, in a warmer JVM
                     name = f"job-{engine}" if run == 1 else f"job-{engine}-{run}"
                     cfg = _config(broker, topic, work, name, max_offsets, engine=engine, master=master)
-                    with PeakRss([jvm] if jvm else []) as rss:
+                    with PeakRss([jvm] if jvm else []) as rss, BatchPhases() as phases:
                         job_secs = _timed_run(cfg, spark, build_handler(cfg))
                     job_rate = events / job_secs
                     got = _ConfiguredSink(cfg).read(TableIdent("bench", "orders"))
@@ -428,15 +511,20 @@ def run_e2e(*, events: int = 1_000_000, partitions: int = 4, max_offsets: int = 
                             "per_s": job_rate, "seconds": job_secs, "driver_rss_growth": rss.growth(),
                             "driver_rss_peak": rss.peak["self"],
                             "jvm_rss_growth": rss.growth(jvm) if jvm else None, "ok": ok,
-                            "vs_baseline": job_rate / base_rate if base_rate else None, "runs_per_s": []}
+                            "vs_baseline": job_rate / base_rate if base_rate else None, "runs_per_s": [],
+                            "phases": []}
                     else:
                         figures["engines"][engine]["ok"] &= ok
                     figures["engines"][engine]["runs_per_s"].append(job_rate)
+                    figures["engines"][engine]["phases"].append(phases.medians())
                     what = "" if runs == 1 else f" (run {run} of {runs}{', its JVM warmed by the runs before' if run > 1 else ''})"
                     print(f"job {engine:<8}: {events:,} changes in {job_secs:.1f} s = {job_rate:,.0f} changes/s "
                           f"(decode, gating, collapse, MERGE, state)"
                           + (f", {job_rate / base_rate:.2f} of the baseline" if base_rate and run == 1 else "") + what)
                     _print_memory_and_check(engine, rss, jvm, got.num_rows, len(expected), ok)
+                    line = phases_line(phases)
+                    if line:
+                        print(line)
             if baseline and runs > 1:
                 # the later runs against a baseline of the warm JVM too (the first baseline ran in a cold one)
                 warm = figures["baseline_warm_per_s"] = measure_baseline("baseline-2", ", again after the jobs' runs")
