@@ -216,37 +216,37 @@ class BatchPhases:
     is set to ``INFO`` and stops propagating for the block, and is put back as it was after it."""
 
     def __init__(self) -> None:
-        self.batches: list[dict[str, Any]] = []
+        from .bench_latency import _ProgressTap  # (bench_latency imports this module)
+
+        self._tap = _ProgressTap()
         self._log = logging.getLogger("ticdc_delta.progress")
-        self._handler = _CallHandler(self._record)
         self._saved: tuple[int, bool] = (logging.NOTSET, True)
 
-    def _record(self, record: logging.LogRecord) -> None:
-        try:
-            line = json.loads(record.getMessage())
-        except ValueError:
-            return
-        if isinstance(line, dict) and isinstance(line.get("timings"), dict):
-            self.batches.append({"rows": (line.get("events") or {}).get("row", 0), "seconds": line.get("seconds", 0.0),
-                                 "timings": line["timings"]})
+    @property
+    def batches(self) -> list[dict[str, Any]]:
+        """The batches logged in the block, in order: ``rows`` (row events), ``seconds``, ``timings``."""
+        return [{"rows": (line.get("events") or {}).get("row", 0), "seconds": line.get("seconds", 0.0),
+                 "timings": line["timings"]}
+                for _, line in self._tap.lines if isinstance(line, dict) and isinstance(line.get("timings"), dict)]
 
     def __enter__(self) -> "BatchPhases":
         self._saved = (self._log.level, self._log.propagate)
         self._log.setLevel(logging.INFO)
         self._log.propagate = False
-        self._log.addHandler(self._handler)
+        self._log.addHandler(self._tap)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._log.removeHandler(self._handler)
+        self._log.removeHandler(self._tap)
         self._log.setLevel(self._saved[0])
         self._log.propagate = self._saved[1]
 
     def full(self) -> list[dict[str, Any]]:
         """The batches of a full size: at least 90 % of the row events of the run's largest batch (the
         last batch of a stream usually holds only what is left)."""
-        most = max((b["rows"] for b in self.batches), default=0)
-        return [b for b in self.batches if most and b["rows"] >= 0.9 * most]
+        batches = self.batches
+        most = max((b["rows"] for b in batches), default=0)
+        return [b for b in batches if most and b["rows"] >= 0.9 * most]
 
     def medians(self) -> dict[str, float]:
         """Per phase, the median seconds over :meth:`full` batches (phases in the order the job logs them),
@@ -259,15 +259,6 @@ class BatchPhases:
         out["batch"] = statistics.median(b["seconds"] for b in full)
         out["rows"] = statistics.median(b["rows"] for b in full)
         return out
-
-
-class _CallHandler(logging.Handler):
-    def __init__(self, call: Callable[[logging.LogRecord], None]) -> None:
-        super().__init__(logging.INFO)
-        self._call = call
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self._call(record)
 
 
 _PHASE_NAMES = {"read_decode": "read+decode", "unpack": "unpack", "plan": "rules", "apply": "MERGE",
