@@ -11,9 +11,12 @@ from ticdc_delta.core.records import (
     ChangeRecord,
     DDLRecord,
     dump_record,
+    dump_row_values,
     image_dict,
     load_record,
+    load_row,
     record_from_event,
+    row_values,
 )
 
 from ..codec import cases
@@ -73,3 +76,50 @@ def test_ddl_record() -> None:
 def test_load_record_refuses_garbage() -> None:
     with pytest.raises(ValueError, match="not a dumped record"):
         load_record(b"not a pickle")
+
+
+def _values_of(rec: ChangeRecord) -> tuple:
+    return (*rec[:8], *(None if i is None else tuple(c[3] for c in i) for i in (rec.new, rec.old)))
+
+
+@pytest.mark.parametrize("event", cases.ROW_EVENTS, ids=lambda e: e.op)
+def test_a_row_in_flight_is_its_values_and_with_its_layout_its_record(event: RowChange) -> None:
+    """dump_row_values (the spark engine's decoder: each image its values) with the row's layout gives the
+    record back, as dump_record's bytes do without one; both read as values by row_values."""
+    from ticdc_delta.core.key_buckets import layout
+
+    rec = record_from_event(event, "t", 1, 2, 3)
+    data = dump_row_values(_values_of(rec))
+    assert len(data) < len(dump_record(rec))
+    assert load_row(data, layout(rec)) == rec
+    assert load_row(dump_record(rec)) == rec  # a whole record needs no layout
+    assert row_values(data) == (_values_of(rec), None)
+    assert row_values(dump_record(rec)) == (_values_of(rec), rec)
+    with pytest.raises(ValueError, match="no layout"):
+        load_row(data)
+    if rec.new is not None and rec.old is not None and len(layout(rec)) == 2:
+        with pytest.raises(ValueError, match="no layout"):
+            load_row(data, layout(rec)[:1] * 3)
+    if rec.new is not None:
+        shorter = (tuple(layout(rec)[0][:-1]), *layout(rec)[1:])
+        with pytest.raises(ValueError, match="values for a layout"):
+            load_row(data, shorter)
+
+
+def test_a_row_in_flight_takes_one_layout_for_images_alike() -> None:
+    """An update whose images have the same columns has one layout for both (key_buckets.layout)."""
+    from ticdc_delta.core.key_buckets import layout
+
+    image = (("id", 8, 2, 1), ("v", 15, 0, "a"))
+    rec = ChangeRecord(5, "t", 0, 1, 0, "s", "x", "update", image, (image[0], ("v", 15, 0, "b")))
+    assert len(layout(rec)) == 1
+    assert load_row(dump_row_values(_values_of(rec)), layout(rec)) == rec
+    bare = ChangeRecord(5, "t", 0, 1, 0, "s", "x", "delete", None, None)
+    assert load_row(dump_row_values(_values_of(bare)), layout(bare)) == bare
+
+
+@pytest.mark.parametrize("data", [b"not a pickle", dump_record(DDLRecord(1, "t", 0, 0, 0, "s", "x", "q", 3)),
+                                  __import__("pickle").dumps((1, 2, 3))])
+def test_bytes_that_hold_no_row_are_refused(data: bytes) -> None:
+    with pytest.raises(ValueError, match="not a dumped row"):
+        row_values(data)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -292,3 +293,30 @@ def test_the_router_routes_as_the_key_resolver_keys() -> None:
     configured = Router(lambda schema, table: ["v"])
     r = next(r for r in rows if r.new is not None and r.old is not None)
     assert configured(r) == route(r, KeyResolver({(r.schema, r.table): ["v"]}))
+
+
+def test_the_router_routes_a_row_given_as_its_values_as_its_record() -> None:
+    """Router.of_values (the decoder's rows: each image its values, its layout by identity) gives each row
+    the routing of its record, and works out each pair of layouts' columns once."""
+    from ticdc_delta.core.key_buckets import Router, layout, route
+
+    records, _ = _stream(6, n=400)
+    rows = [r for r in records if isinstance(r, ChangeRecord)]
+    built = []
+
+    def columns(r: ChangeRecord) -> Any:
+        built.append(r)
+        return layout(r)
+
+    def ident(image: Any) -> Any:
+        return None if image is None else tuple(c[:3] for c in image)
+
+    for override in (None, ["v"]):
+        router = Router(None if override is None else (lambda schema, table: override))
+        built.clear()
+        for r in rows:
+            values = [None if i is None else tuple(c[3] for c in i) for i in (r.new, r.old)]
+            got = router.of_values(*values, ident(r.new), ident(r.old), (r.schema, r.table),
+                                   lambda r=r: columns(r))
+            assert got == route(r, KeyResolver({(r.schema, r.table): override} if override else None)), r
+        assert len(built) == len({(ident(r.new), ident(r.old)) for r in rows}) < len(rows)

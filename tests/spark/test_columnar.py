@@ -21,7 +21,7 @@ import pytest
 from ticdc_delta.core.batch_planner import OFFSET_ORDER, WATERMARK, ConsumerState
 from ticdc_delta.core.key_buckets import route, signature
 from ticdc_delta.core.merge import DELETE, KeyResolver
-from ticdc_delta.core.records import ChangeRecord, dump_record, load_record
+from ticdc_delta.core.records import ChangeRecord, dump_record, dump_row_values, load_record
 from ticdc_delta.core.snapshot_seam import SnapshotSeam
 from ticdc_delta.core.table_rules import group_rows, plan_coordination
 from ticdc_delta.core.ts_guard import TsGuard
@@ -73,13 +73,22 @@ def _cases(seed: int, mode: str):
                        for r in [*folded, *held]}
             table = columnar_tables({ident: [layouts, len(new) + len(held)]}, [], lambda s, t: None,
                                     TableCatalog().params, 1)[ident]
+            # as the engine has them: the decoder's rows as their values, the held ones as whole records
+            routes = [route(r, KeyResolver()) for r in [*new, *held]]
             batch = pa.RecordBatch.from_pydict({"held": [False] * len(new) + [True] * len(held),
-                                                "payload": [dump_record(r) for r in [*new, *held]]})
+                                                "payload": [*map(_in_flight, new), *map(dump_record, held)],
+                                                "sig": [r.signature for r in routes]})
             job = SimpleNamespace(rules=rules, keys=None, catalog_json=TableCatalog().to_json(), tz="UTC",
-                                  policy=None, case_sensitive=False, delta_types=None)
+                                  policy=None, case_sensitive=False, delta_types=None,
+                                  layouts={r.signature: r.layout for r in routes})
             out = pa.Table.from_batches(list(columnar_fn(job, table)(iter([batch]))))
             yield table, out, whole, screen
         held_rows = next_held
+
+
+def _in_flight(r: ChangeRecord) -> bytes:
+    """A new row's bytes as the decoder hands them on (its images as values alone)."""
+    return dump_row_values((*r[:8], *(None if i is None else tuple(c[3] for c in i) for i in (r.new, r.old))))
 
 
 def _expected(table: Any, whole: Any) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,8 @@ def test_the_decoder_routes_rows_and_sums_their_layouts_per_table() -> None:
 
     from ticdc_delta.core.key_buckets import route
     from ticdc_delta.core.merge import KeyResolver
-    from ticdc_delta.core.records import load_record
+    from ticdc_delta.codec import DecodeContext
+    from ticdc_delta.core.records import dump_record, load_row, record_from_event
     from ticdc_delta.bench_e2e import CanalStream
     from ticdc_delta.spark.decode import LAYOUT, DecoderSpec, make_decode_fn
 
@@ -96,13 +98,19 @@ def test_the_decoder_routes_rows_and_sums_their_layouts_per_table() -> None:
     out = next(iter(fn(iter([batch])))).to_pydict()
     rows = [i for i, k in enumerate(out["kind"]) if k == "row"]
     assert len(rows) == 300
+    layouts = [i for i, k in enumerate(out["kind"]) if k == LAYOUT]
+    assert [(out["schema"][i], out["table"][i], out["idx"][i]) for i in layouts] == [("bench", "orders", 300)]
+    assert out["sig"][layouts[0]] == out["sig"][rows[0]]
+    by_sig = {out["sig"][i]: pickle.loads(out["payload"][i]) for i in layouts}
+    decoder = DecoderSpec("canal-json", {"enable-tidb-extension": "true"}).build()
     changed_key = 0
     for i in rows:
-        rec = load_record(out["payload"][i])
+        # the row travels as its values; with its layout it is the record of the decoded event
+        rec = load_row(out["payload"][i], by_sig[out["sig"][i]])
+        [event] = decoder.decode(None, values[i], DecodeContext("t", 0, i))
+        assert rec == record_from_event(event, "t", 0, i, 0)
+        assert len(out["payload"][i]) < len(dump_record(rec))
         expected = route(rec._replace(schema=rec.schema.lower(), table=rec.table.lower()), KeyResolver())
         assert (out["sig"][i], out["hashes"][i]) == (expected.signature, expected.hashes)
         changed_key += len(out["hashes"][i]) == 2
     assert changed_key == 0  # the bench stream keeps its keys: one hash a row
-    layouts = [i for i, k in enumerate(out["kind"]) if k == LAYOUT]
-    assert [(out["schema"][i], out["table"][i], out["idx"][i]) for i in layouts] == [("bench", "orders", 300)]
-    assert out["sig"][layouts[0]] == out["sig"][rows[0]]

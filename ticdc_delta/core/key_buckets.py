@@ -156,27 +156,43 @@ class Router:
         decoders' shared :class:`~ticdc_delta.codec.model.ImageLayout`, which hashes once): the columns
         are then read once per layout, not per row. ``table``: the record's (folded) schema and table,
         when they differ from the record's."""
-        new_id = None if record.new is None else (new_layout if new_layout is not None else tuple(map(_COLUMN, record.new)))
-        old_id = None if record.old is None else (old_layout if old_layout is not None else tuple(map(_COLUMN, record.old)))
+        new, old = record.new, record.old
+        new_id = None if new is None else (new_layout if new_layout is not None else tuple(map(_COLUMN, new)))
+        old_id = None if old is None else (old_layout if old_layout is not None else tuple(map(_COLUMN, old)))
+        return self._route(new, old, new_id, old_id, table or (record.schema, record.table),
+                           lambda: layout(record), 3)
+
+    def of_values(self, new: tuple[Any, ...] | None, old: tuple[Any, ...] | None, new_layout: Hashable,
+                  old_layout: Hashable, table: tuple[str, str],
+                  columns: Callable[[], Layout]) -> Routing:
+        """:meth:`__call__` for a row given as its images' values (``new``, ``old``; ``None``: no such
+        image), what identifies their layouts (as there; required) and its (folded) ``table``;
+        ``columns()`` gives the row's :data:`Layout` (called once per pair of layouts)."""
+        return self._route(new, old, None if new is None else new_layout, None if old is None else old_layout,
+                           table, columns, None)
+
+    def _route(self, new: Any, old: Any, new_id: Hashable, old_id: Hashable, ident: tuple[str, str],
+               columns: Callable[[], Layout], at: int | None) -> Routing:
+        """The routing of a row whose images are ``new``/``old``: sequences of columns, whose value is at
+        ``at`` (3: records' column tuples), or of values (``at`` ``None``)."""
         shape = self._shapes.get((new_id, old_id))
         if shape is None:
-            found = layout(record)
+            found = columns()
             shape = self._shapes[(new_id, old_id)] = _Shape(signature(found), found, {})
-        image = record.new if record.new is not None else record.old
+        image = new if new is not None else old
         if image is None:
             return Routing(shape.signature, [0], shape.layout)
-        ident = table or (record.schema, record.table)
         positions = shape.positions.get(ident)
         if positions is None:
             positions = shape.positions[ident] = self._positions(ident, shape.layout[0],
-                                                                 shape.layout[-1] if record.old is not None else None)
+                                                                 shape.layout[-1] if old is not None else None)
         new_at, old_at = positions
         if new_at is None:
             return Routing(shape.signature, [0], shape.layout)
-        key = tuple(image[i][3] for i in new_at)
+        key = tuple(image[i] for i in new_at) if at is None else tuple(image[i][at] for i in new_at)
         hashes = [key_hash(key)]
-        if record.new is not None and record.old is not None and old_at is not None:
-            old_key = tuple(record.old[i][3] for i in old_at)
+        if new is not None and old is not None and old_at is not None:
+            old_key = tuple(old[i] for i in old_at) if at is None else tuple(old[i][at] for i in old_at)
             if old_key != key:
                 hashes.append(key_hash(old_key))
         return Routing(shape.signature, hashes, shape.layout)

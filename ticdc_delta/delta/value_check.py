@@ -326,7 +326,7 @@ class ValueScreen:
     def image_converter(self, schema: str, table: str,
                         columns: Sequence[tuple[str, int, int]]) -> Callable[[tuple], list[Any]]:
         """For a table whose every image lists a prefix of ``columns`` (``(name, type code, flags)``): a
-        function giving an image's values as the table's Delta columns take them — what a MERGE writes
+        function giving an image's values (the image as its values alone) as the table's Delta columns take them — what a MERGE writes
         (:func:`~.arrow_types.converter_for` of each value, in the image's order: the screen's checks convert
         as they check) — and raising :class:`SinkError` where :meth:`check` refuses the change (which then
         says why). The columnar path's screen, without working out each image's layout.
@@ -344,10 +344,10 @@ class ValueScreen:
         problem = self._table_problem(schema, table) if self._table_problem is not None else None
         refused = -1 if problem else next((i for i, c in enumerate(checks) if c.__class__ is str), len(checks))
 
-        def convert(image: tuple) -> list[Any]:
-            if len(image) > refused:
+        def convert(values: tuple) -> list[Any]:
+            if len(values) > refused:
                 raise SinkError(f"{schema}.{table}: refused")
-            return [None if c[3] is None else check(c[3]) for check, c in zip(checks, image)]  # type: ignore[operator]
+            return [None if v is None else check(v) for check, v in zip(checks, values)]  # type: ignore[operator]
 
         return convert
 

@@ -37,7 +37,7 @@ import pyarrow as pa
 from ..codec.model import Op
 from ..core.key_buckets import Layout, Router, splittable
 from ..core.merge import flagged_key
-from ..core.records import ChangeRecord, dump_record, gc_paused, load_record
+from ..core.records import ChangeRecord, dump_record, gc_paused, record_of_values, row_values
 from ..core.table_rules import HELD, RELEASED, REPLAY, SNAPSHOT
 from ..delta.arrow_types import arrow_type_for
 from ..delta.sink import OP_COLUMN, OP_DELETE, OP_UPSERT
@@ -124,13 +124,14 @@ def columnar_schema(table: ColumnarTable) -> pa.Schema:
 
 
 def columnar_fn(job: Any, table: ColumnarTable) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of one table's rows (columns ``held``, ``payload`` of the record path's
-    input): per row its place (:meth:`~ticdc_delta.core.table_rules.TableRules.place`); a released row
-    screened and converted (``_kind`` :data:`CHANGE`: ``_op`` upsert or delete, the image's values in
+    """The ``mapInArrow`` function of one table's rows (columns ``held``, ``payload``, ``sig`` of the
+    record path's input: the decoder's rows travel as their values, the held ones as whole records): per
+    row its place (:meth:`~ticdc_delta.core.table_rules.TableRules.place`); a released row screened and
+    converted (``_kind`` :data:`CHANGE`: ``_op`` upsert or delete, the image's values in
     ``c0``... up to its ``_width``, the rest null), a held row with its record and routing for the staging
     table, a refused one with its reason; per Arrow batch one ``summary`` row of counts. ``job``: the
     engine's per-batch rules (``rules``, ``keys``, ``catalog_json``, ``tz``, ``policy``, ``case_sensitive``,
-    ``delta_types``).
+    ``delta_types``, ``layouts``: the rows' layouts by signature).
 
     Every image of the table's rows lists a prefix of ``table.columns`` (:func:`columnar_tables` checked
     the layouts of all of them), so an image's values are the first ``len(image)`` columns."""
@@ -156,36 +157,39 @@ def columnar_fn(job: Any, table: ColumnarTable) -> Callable[[Iterator[pa.RecordB
             counts = {"replays": 0, "held": 0, "released": 0, "rejections": 0, "snapshot_dropped": 0,
                       "rejected_ts": 0}
             held_sigs: set[int] = set()
-            for is_held, payload in zip(batch.column("held").to_pylist(), batch.column("payload").to_pylist()):
-                rec: ChangeRecord = load_record(payload)  # type: ignore[assignment]
-                if (rec.schema, rec.table) != folded:  # as the rules fold names (the frame holds one table)
-                    rec = rec._replace(schema=table.schema, table=table.table)
+            for is_held, payload, sig in zip(batch.column("held").to_pylist(), batch.column("payload").to_pylist(),
+                                             batch.column("sig").to_pylist()):
+                fields, whole = row_values(payload)
+                # as the rules fold names (the frame holds one table); the images as their values: a record
+                # of the scalars places the row, the whole one is built for the rows that need it
+                fields = (*fields[:5], *folded, *fields[7:])
+                rec = ChangeRecord._make((*fields[:8], None, None))
                 where = place(rec, held=is_held)
-                coords = (rec.commit_ts, rec.topic, rec.partition, rec.offset, rec.idx)
+                coords = fields[:5]
                 if where == RELEASED:
                     counts["released"] += 1
-                    new, old = rec.new, rec.old
+                    new, old = fields[8], fields[9]
                     image = new if new is not None else old
                     try:
                         new_values = None if new is None else convert(new)
                         old_values = None if old is None else convert(old)
                     except SinkError as exc:  # a value (or column) no Delta column can hold
                         counts["rejections"] += 1
-                        rejection = screen.check(rec)
+                        rejection = screen.check(_whole(fields, whole, job.layouts, sig))
                         if rejection is None:  # the screen and the converter disagree: a bug
                             raise RuntimeError(f"{table.schema}.{table.table}: {exc}") from exc
                         meta.append((REJECTION, *coords, None, None, 0, pickle.dumps(rejection), None, None))
                         typed.append([])
                         continue
                     if image is None or len(image) <= last_key:
-                        failed = _missing_key(rec, table.key)
+                        failed = _missing_key(fields, table.key)
                         return _record_batch(schema, [("error", *(None,) * 8, pickle.dumps(failed), None, None)],
                                              [[]], n_cols), False
                     if new is None:
                         meta.append((CHANGE, *coords, OP_DELETE, Op.DELETE, len(old), None, None, None))
                         typed.append(old_values)  # type: ignore[arg-type]
                         continue
-                    if old is not None and len(old) > last_key and any(old[i][3] != new[i][3] for i in key_at):
+                    if old is not None and len(old) > last_key and any(old[i] != new[i] for i in key_at):
                         # the key changed: the row under the old key is gone (core.merge.collapse)
                         meta.append((CHANGE, *coords, OP_DELETE, Op.DELETE, len(old), None, None, None))
                         typed.append(old_values)  # type: ignore[arg-type]
@@ -193,6 +197,7 @@ def columnar_fn(job: Any, table: ColumnarTable) -> Callable[[Iterator[pa.RecordB
                     typed.append(new_values)  # type: ignore[arg-type]
                 elif where == HELD:
                     counts["held"] += 1
+                    rec = _whole(fields, whole, job.layouts, sig)
                     routing = router(rec)
                     held_sigs.add(routing.signature)
                     meta.append(("held", *coords, None, None, 0, dump_record(rec), routing.signature, routing.hashes))
@@ -230,13 +235,25 @@ def _record_batch(schema: pa.Schema, meta: list[tuple], typed: list[list[Any]], 
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _missing_key(rec: ChangeRecord, key: tuple[str, ...]) -> str:
-    """The text of :func:`~ticdc_delta.core.merge.collapse`'s ``MissingKeyError`` for ``rec`` (an image
-    without a key column, or no image at all)."""
-    if rec.new is None and rec.old is None:
-        return f"{rec.schema}.{rec.table}: a row change without any column image"
-    what = "delete image" if rec.new is None else "row image"
-    return f"{rec.schema}.{rec.table}: {what} lacks key columns {key}"
+def _whole(fields: tuple[Any, ...], whole: ChangeRecord | None, layouts: Mapping[int, Layout], sig: int | None,
+           ) -> ChangeRecord:
+    """The :class:`ChangeRecord` of a row's :func:`~ticdc_delta.core.records.row_values` ``fields`` (its
+    names folded): ``whole`` (the record the bytes held) with those names, or the record built from the
+    row's layout (``layouts[sig]``)."""
+    if whole is not None:
+        return whole._replace(schema=fields[5], table=fields[6])
+    return record_of_values(fields, layouts.get(sig))  # type: ignore[arg-type]
+
+
+def _missing_key(fields: tuple[Any, ...], key: tuple[str, ...]) -> str:
+    """The text of :func:`~ticdc_delta.core.merge.collapse`'s ``MissingKeyError`` for a row
+    (:func:`~ticdc_delta.core.records.row_values`' ``fields``: an image without a key column, or no image
+    at all)."""
+    schema, table, new, old = fields[5], fields[6], fields[8], fields[9]
+    if new is None and old is None:
+        return f"{schema}.{table}: a row change without any column image"
+    what = "delete image" if new is None else "row image"
+    return f"{schema}.{table}: {what} lacks key columns {key}"
 
 
 def collapse_changes(conv: Any, table: ColumnarTable, *, watermark: bool) -> Any:

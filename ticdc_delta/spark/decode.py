@@ -2,11 +2,14 @@
 
 Every input message becomes one output row per event it holds, or one ``error`` row carrying the message
 itself (key, value and what was wrong) for the dead-letter table. Rows and DDL travel as
-:func:`~ticdc_delta.core.records.dump_record` bytes; resolved marks as their commit ts.
+:func:`~ticdc_delta.core.records.dump_record` bytes — rows for the ``spark`` engine (given the key
+columns) as :func:`~ticdc_delta.core.records.dump_row_values` bytes, their layouts in the ``LAYOUT``
+rows —; resolved marks as their commit ts.
 """
 
 from __future__ import annotations
 
+import functools
 import pickle
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -15,8 +18,8 @@ import pyarrow as pa
 
 from ..codec import DecodeContext, decoder_for
 from ..codec.model import DDLEvent, Image, ResolvedEvent, RowChange
-from ..core.key_buckets import Layout, Router, Routing
-from ..core.records import dump_record, gc_paused, record_from_event
+from ..core.key_buckets import Layout, Router, Routing, layout
+from ..core.records import dump_record, dump_row_values, gc_paused, record_from_event
 from ..codec.upstream_lookup import UpstreamLookup, UpstreamSettings
 from ..errors import ConfigError, DecodeError, TransientError
 from ..locations import table_name_problem
@@ -166,13 +169,19 @@ def decode_messages(
                     if isinstance(ev, RowChange) and (bad := table_name_problem(ev.schema, ev.table)):
                         # no Delta location can hold the table: the message goes to the dead-letter table
                         raise DecodeError(decoder.protocol, bad, topic, part, off)
-                    record = record_from_event(ev, topic, part, off, idx)
                     name = routing = None
                     if isinstance(ev, RowChange):
                         name = (ev.schema, ev.table) if fold is None else (fold(ev.schema), fold(ev.table))
-                        if route is not None:
-                            routing = route(record, _layout_of(ev.columns), _layout_of(ev.old), name)  # type: ignore[arg-type]
-                    rows.append((idx, ev.kind, ts, dump_record(record), name, routing))
+                        if route is not None:  # the spark engine: the values travel, the layout once
+                            (new, new_id), (old, old_id) = _values(ev.columns), _values(ev.old)
+                            routing = route.of_values(new, old, new_id, old_id, name,  # type: ignore[arg-type]
+                                                      functools.partial(_layout_of_event, ev))
+                            payload = dump_row_values((ts, topic, part, off, idx, ev.schema, ev.table, ev.op,
+                                                       new, old))
+                            rows.append((idx, "row", ts, payload, name, routing))
+                            continue
+                    rows.append((idx, ev.kind, ts, dump_record(record_from_event(ev, topic, part, off, idx)),
+                                 name, routing))
         except DecodeError as exc:
             emit(topic, part, off, 0, "error", None, None, str(exc), key, value)
             continue
@@ -191,9 +200,20 @@ def decode_messages(
     return out
 
 
-def _layout_of(image: Any) -> Any:
-    """The decoders' shared :class:`~ticdc_delta.codec.model.ImageLayout` of an image (``None``: none)."""
-    return image.layout if image.__class__ is Image else None
+def _values(image: Any) -> tuple[tuple[Any, ...] | None, Any]:
+    """An event's image as its values and what identifies its layout: the decoders' shared
+    :class:`~ticdc_delta.codec.model.ImageLayout`, else its columns' ``(name, type, flags)`` (``None``,
+    ``None``: no image)."""
+    if image is None:
+        return None, None
+    if image.__class__ is Image:
+        return image.values, image.layout
+    return tuple(c[3] for c in image), tuple((c[0], int(c[1]), int(c[2])) for c in image)
+
+
+def _layout_of_event(event: RowChange) -> Layout:
+    """The :data:`~ticdc_delta.core.key_buckets.Layout` of a row event (as of its record)."""
+    return layout(record_from_event(event, "", 0, 0, 0))  # type: ignore[arg-type]
 
 
 SPAN = "span"
@@ -250,8 +270,9 @@ def make_decode_fn(spec: DecoderSpec, *, names: Callable[[str], str] | None = No
     closed at the end. With ``spans``, each output batch ends with its :data:`SPAN` rows: what the ``spark``
     engine's driver needs of the rows (offsets and counts) without another pass over them. With ``keys``
     (the configured key columns, as :class:`~ticdc_delta.core.merge.KeyResolver`'s ``lookup``; with
-    ``names``), each row carries its :class:`~ticdc_delta.core.key_buckets.Routing` and each output batch
-    ends with its :data:`LAYOUT` rows too."""
+    ``names``), each row carries its :class:`~ticdc_delta.core.key_buckets.Routing`, travels as its values
+    (:func:`~ticdc_delta.core.records.dump_row_values`: its layout is in the ``LAYOUT`` row of its
+    signature) and each output batch ends with its :data:`LAYOUT` rows too."""
     schema = NAMED_ARROW_SCHEMA if names is not None else DECODED_ARROW_SCHEMA
 
     def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -4,8 +4,10 @@ Per micro-batch ``N`` (the :class:`~ticdc_delta.spark.batch_handler.BatchHandler
 batch the state holds and built the ts guard):
 
 1. Decode on the executors (``mapInArrow``, as the ``delta-rs`` engine does) and keep the result cached
-   on the executors. To the driver come only: per (topic, partition, kind) the offset span and count,
-   the resolved marks and the DDL (:mod:`ticdc_delta.core.table_rules`, driver part).
+   on the executors; its rows travel as their values and the signature of their column layout
+   (:func:`~ticdc_delta.core.records.dump_row_values`). To the driver come only: per (topic, partition,
+   kind) the offset span and count, each table's layouts, the resolved marks and the DDL
+   (:mod:`ticdc_delta.core.table_rules`, driver part).
 2. Undecodable messages are appended to the dead-letter table from the executors (Delta append with
    ``txnAppId``/``txnVersion``: a re-run is skipped); so are, after step 3, the changes the value
    screen refuses and the rows whose commit ts the ts guard refuses (with their messages).
@@ -48,15 +50,15 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
 
 import pyarrow as pa
 
 from ..core.batch_planner import WATERMARK, ConsumerState, ResolvedMark
-from ..core.key_buckets import Router, Routing, owns, splittable
+from ..core.key_buckets import Layout, Router, Routing, owns, splittable
 from ..core.merge import DELETE, KeyResolver, MissingKeyError
-from ..core.records import ChangeRecord, DDLRecord, dump_record, gc_paused, load_record
+from ..core.records import ChangeRecord, DDLRecord, dump_record, gc_paused, load_record, load_row
 from ..core.table_rules import TableRules, plan_coordination
 from ..delta.applier import ApplyResult, DeltaApplier
 from ..delta.arrow_types import arrow_type_for, converter_for
@@ -176,6 +178,9 @@ class _TableJob:
     policy: Callable[[str], str]
     case_sensitive: bool
     delta_types: Any = None  # _DeltaColumnTypes for a batch without DDL (ValueScreen's delta_type)
+    # the layouts of the batch's new rows by signature: the decoder hands their images on as values alone
+    # (core.records.dump_row_values), the layouts once each (its LAYOUT rows)
+    layouts: Mapping[int, Layout] = field(default_factory=dict)
 
 
 _OUT_ARROW = pa.schema([("schema", pa.string()), ("table", pa.string()), ("kind", pa.string()),
@@ -211,9 +216,9 @@ def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
         new: list[ChangeRecord] = []
         held: list[ChangeRecord] = []
         secondary: set[tuple[str, int, int, int]] = set()
-        for is_held, primary, payload in zip(tbl.column("held").to_pylist(), tbl.column("primary").to_pylist(),
-                                             tbl.column("payload").to_pylist()):
-            rec: ChangeRecord = load_record(payload)  # type: ignore[assignment]
+        for is_held, primary, payload, sig in zip(tbl.column("held").to_pylist(), tbl.column("primary").to_pylist(),
+                                                  tbl.column("payload").to_pylist(), tbl.column("sig").to_pylist()):
+            rec = load_row(payload, job.layouts.get(sig))
             (held if is_held else new).append(rec)
             if not primary:
                 secondary.add((rec.topic, rec.partition, rec.offset, rec.idx))
@@ -708,7 +713,8 @@ class SparkEngine:
             policy = h._ddl_handler.policy if h._ddl_handler is not None else _evolve_all
             has_ddl = bool(ddl) or any(isinstance(r, DDLRecord) for r in state.held)
             job = _TableJob(rules, _ConfiguredKeys(cfg), h._catalog.to_json(), cfg.sink.source_timezone, policy,
-                            cfg.case_sensitive, None if has_ddl else _DeltaColumnTypes(cfg))
+                            cfg.case_sensitive, None if has_ddl else _DeltaColumnTypes(cfg),
+                            {sig: pickle.loads(v) for found, _ in layouts.values() for sig, v in found.items()})
             # the tables whose rows take the columnar path (spark/columnar.py); the others the record path
             # (in a batch that applies no DDL: a DDL would cut a table's rows into segments)
             columnar = {} if rules.ddl_steps else columnar_tables(layouts, held_layouts, keys, h._catalog.params,
@@ -723,7 +729,7 @@ class SparkEngine:
             if held_layouts is None or not tables <= set(columnar):  # rows of a table the record path takes
                 out = self._group_rules(spark, record_rows, split, job).persist(StorageLevel.MEMORY_AND_DISK)
             typed = {ident: rows.filter((F.col("schema") == ident[0]) & (F.col("table") == ident[1]))
-                     .select("held", "payload")
+                     .select("held", "payload", "sig")
                      .mapInArrow(columnar_fn(job, table), _spark_schema(columnar_schema(table)))
                      .persist(StorageLevel.MEMORY_AND_DISK)
                      for ident, table in columnar.items()}
