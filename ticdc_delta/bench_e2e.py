@@ -540,7 +540,7 @@ def _print_memory_and_check(engine: str, rss: PeakRss, jvm: int | None, rows: in
     print(f"  check  : {engine} table has {rows:,} rows, expected {expected:,}: {'OK' if ok else 'MISMATCH'}")
 
 
-def run_cores(*, events: int = 100_000, masters: Sequence[str] = ("local[1]", "local[2]"),
+def run_cores(*, events: int = 200_000, masters: Sequence[str] = ("local[1]", "local[2]"),
               engines: Sequence[str] = ("spark",), partitions: int = 4, max_offsets: int = 250_000,
               runs: int = 2, pin: bool = True) -> int:
     """The e2e benchmark once per Spark master, each in its own Python process (a JVM's master is fixed),
