@@ -320,3 +320,33 @@ def test_drop_and_rename_table_leave_nothing_in_delta_lakes_log_cache(spark: Any
 
     write_deltalake(sink.table_path(*T), pa.table({"x": [7]}))
     assert [r.asDict() for r in spark.read.format("delta").load(sink.table_path(*T)).collect()] == [{"x": 7}]
+
+
+def _debris_of_a_killed_create(path: str) -> None:
+    """What a process killed while it committed a table's first version leaves (as a SIGKILL left it in
+    the soak): the log directory with the commit's temporary file and its checksum, no commit."""
+    log_dir = Path(path) / "_delta_log"
+    (log_dir / "_staged_commits").mkdir(parents=True)
+    (log_dir / ".00000000000000000000.json.94239e4a-4811-4fbd-8066-871300aebf42.tmp").write_text('{"commitInfo":')
+    (log_dir / "..00000000000000000000.json.94239e4a-4811-4fbd-8066-871300aebf42.tmp.crc").write_bytes(b"crc")
+
+
+@pytest.mark.parametrize("engine", ["spark", "delta-rs"])
+def test_a_table_whose_creation_was_killed_before_its_commit_is_created_on_restart(spark: Any, tmp_path: Path,
+                                                                                   engine: str) -> None:
+    """A table directory with a log but no commit is no table: creating it again succeeds (Delta Lake's
+    builder took the log directory for a table and failed with DELTA_TABLE_NOT_FOUND on every restart),
+    and the schema's tables do not include it meanwhile."""
+    base = DeltaRsSink(str(tmp_path))
+    sink = SparkDeltaSink(base, spark) if engine == "spark" else base
+    path = sink.table_path(*T)
+    _debris_of_a_killed_create(path)
+    assert base.snapshot(T) is None
+    assert sink.tables_in_schema("s") == []
+    assert sink.ensure_table(T, SCHEMA, None, Txn("cf", 0))
+    assert sink.tables_in_schema("s") == [T]
+    assert DeltaTable(path).version() == 0
+    assert pa.schema(DeltaTable(path).schema().to_arrow()).names == SCHEMA.names
+    assert not sink.ensure_table(T, SCHEMA, None, Txn("cf", 0))
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'x', 'y', 1.50)")
+    assert spark.read.format("delta").load(path).count() == 1

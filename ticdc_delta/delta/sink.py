@@ -1015,8 +1015,10 @@ class DeltaRsSink:
         base = child_location(self.root, path_component(schema))
         local = local_path(base)
         if local is not None:
-            names = sorted(n for n in os.listdir(local) if os.path.isdir(os.path.join(local, n, "_delta_log"))) \
-                if os.path.isdir(local) else []
+            # (a log directory without a commit is no table: what a process killed in a table's first
+            # commit leaves; clear_uncommitted_log removes it)
+            names = sorted(n for n in os.listdir(local) if os.path.isdir(os.path.join(local, n, "_delta_log"))
+                           and self._load(child_location(base, n)) is not None) if os.path.isdir(local) else []
         else:
             try:
                 found = DeltaStorageHandler(base, options=self._storage_options).get_file_info_selector(
@@ -1032,6 +1034,35 @@ class DeltaRsSink:
             except ValueError as exc:
                 log.warning("schema %r: leaving %s/%s alone: %s", schema, base, name, exc)
         return out
+
+    def clear_uncommitted_log(self, ident: TableIdent) -> bool:
+        """Remove the table's log directory when it holds no commit (``True`` when there was one to
+        remove): what a process killed while it committed the table's first version leaves — the commit's
+        temporary files. No reader sees a table there, but Delta Lake's table builder takes the directory
+        for a table and fails on it, on every restart. A table with a committed version is left alone.
+
+        Raises:
+            IdentifierError: the table's location is not inside the root.
+            SinkError: the log cannot be read or the directory cannot be removed.
+        """
+        path = self._removable(ident)
+        try:
+            if self._load(path) is not None:
+                return False
+            local = local_path(path)
+            if local is not None:
+                log_dir = os.path.join(local, "_delta_log")
+                if not os.path.isdir(log_dir):
+                    return False
+                shutil.rmtree(log_dir)
+                return True
+            store = DeltaStorageHandler(path, options=self._storage_options)
+            if not store.get_file_info_selector(pafs.FileSelector("_delta_log", allow_not_found=True)):
+                return False
+            store.delete_dir("_delta_log")
+            return True
+        except (DeltaError, OSError) as exc:
+            raise SinkError(f"cannot clear the uncommitted Delta log of {path}: {exc}") from exc
 
     def drop(self, ident: TableIdent) -> bool:
         """Delete the table's files (its log first, so a crash part-way leaves no half table).

@@ -339,6 +339,10 @@ class SparkDeltaSink:
         path = self.table_path(*ident)
         if self.base.snapshot(ident) is not None:
             return False
+        if self.base.clear_uncommitted_log(ident):
+            # a creation killed before its first commit: Delta Lake's table builder fails on what it left
+            log.warning("%s: removed the log of a table creation that never committed", path)
+            self._forget(path)
         builder = (DeltaTable.createIfNotExists(self.spark).location(path)
                    .addColumns(from_arrow_schema(arrow_schema, prefer_timestamp_ntz=True)))
         if parts:
