@@ -519,3 +519,31 @@ def test_the_delta_rs_copy_streams_every_row_with_partitions_and_the_move_mark(t
     assert got == sorted(read_table(src).to_pylist(), key=lambda r: r["id"]) and len(got) == 3000
     with pytest.raises(SinkError, match="no Delta table"):
         DeltaRsSink(str(tmp_path)).copy_table(str(tmp_path / "nothing"), str(tmp_path / "d2"), "app")
+
+
+def test_clear_uncommitted_log_removes_only_a_killed_first_commits_temporary_files(tmp_path: Path) -> None:
+    """What a process killed in a table's first commit leaves goes; a committed table, a missing log and a
+    log holding anything but temporary files stay as they are (the latter with a clear error)."""
+    sink = DeltaRsSink(str(tmp_path))
+    ident = TableIdent("s", "t")
+    log_dir = Path(sink.table_path(*ident)) / "_delta_log"
+    assert not sink.clear_uncommitted_log(ident)  # no directory at all
+    (log_dir / "_staged_commits").mkdir(parents=True)
+    (log_dir / ".00000000000000000000.json.0b1c.tmp").write_text('{"commitInfo":')
+    (log_dir / "..00000000000000000000.json.0b1c.tmp.crc").write_bytes(b"crc")
+    assert sink.clear_uncommitted_log(ident)
+    assert not log_dir.exists() and log_dir.parent.exists()
+
+    (log_dir / "_staged_commits").mkdir(parents=True)
+    (log_dir / ".00000000000000000000.json.0b1d.tmp").write_text("{")
+    (log_dir / "_staged_commits" / "00000000000000000000.5e7f.json").write_text("{}")  # not ours to judge
+    with pytest.raises(SinkError, match="cannot clear the uncommitted Delta log"):
+        sink.clear_uncommitted_log(ident)
+    assert (log_dir / "_staged_commits" / "00000000000000000000.5e7f.json").exists()
+
+    committed = TableIdent("s", "u")
+    assert sink.ensure_table(committed, pa.schema([pa.field("id", pa.int64())]), None, Txn("cf", 0))
+    (Path(sink.table_path(*committed)) / "_delta_log" / ".00000000000000000001.json.0b1e.tmp").write_text("{")
+    assert not sink.clear_uncommitted_log(committed)
+    assert DeltaTable(sink.table_path(*committed)).version() == 0
+    assert (Path(sink.table_path(*committed)) / "_delta_log" / ".00000000000000000001.json.0b1e.tmp").exists()

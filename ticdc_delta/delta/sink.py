@@ -30,6 +30,7 @@ deltalake 1.6.6 in 4 of 20 runs). :func:`read_table` reads through delta-rs's ow
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -463,6 +464,12 @@ def cast_columns(types: Mapping[str, pa.DataType]) -> Callable[[pa.Table], pa.Ta
 
 def _arrow_schema(dt: DeltaTable) -> pa.Schema:
     return pa.schema(dt.schema().to_arrow())
+
+
+def _uncommitted(name: str) -> bool:
+    """Whether a file of a Delta log is a commit's temporary file (a hidden name: ``.<version>.json.<uuid>.tmp``
+    and its ``.crc``), never a commit, checkpoint or checksum of a committed version."""
+    return name.startswith(".")
 
 
 class DeltaRsSink:
@@ -1039,29 +1046,45 @@ class DeltaRsSink:
         """Remove the table's log directory when it holds no commit (``True`` when there was one to
         remove): what a process killed while it committed the table's first version leaves — the commit's
         temporary files. No reader sees a table there, but Delta Lake's table builder takes the directory
-        for a table and fails on it, on every restart. A table with a committed version is left alone.
+        for a table and fails on it, on every restart. Only the temporary files go, one by one; a table
+        with a committed version is left alone, also one whose first commit lands meanwhile.
 
         Raises:
             IdentifierError: the table's location is not inside the root.
-            SinkError: the log cannot be read or the directory cannot be removed.
+            SinkError: the log cannot be read or the files cannot be removed.
         """
         path = self._removable(ident)
         try:
             if self._load(path) is not None:
                 return False
             local = local_path(path)
-            if local is not None:
-                log_dir = os.path.join(local, "_delta_log")
-                if not os.path.isdir(log_dir):
+            if local is None:
+                store = DeltaStorageHandler(path, options=self._storage_options)
+                found = [f.path for f in store.get_file_info_selector(
+                    pafs.FileSelector("_delta_log", allow_not_found=True, recursive=True))
+                    if f.type == pafs.FileType.File]
+                if not found or not all(_uncommitted(p.rsplit("/", 1)[-1]) for p in found):
                     return False
-                shutil.rmtree(log_dir)
+                for name in found:
+                    store.delete_file(name)
                 return True
-            store = DeltaStorageHandler(path, options=self._storage_options)
-            if not store.get_file_info_selector(pafs.FileSelector("_delta_log", allow_not_found=True)):
+            log_dir = os.path.join(local, "_delta_log")
+            if not os.path.isdir(log_dir):
                 return False
-            store.delete_dir("_delta_log")
+            for root, dirs, files in os.walk(log_dir, topdown=False):
+                for name in files:
+                    if _uncommitted(name):
+                        os.remove(os.path.join(root, name))
+                for name in dirs:
+                    with contextlib.suppress(OSError):  # (not empty: it holds more than temporary files)
+                        os.rmdir(os.path.join(root, name))
+            os.rmdir(log_dir)  # fails when anything but temporary files is there
             return True
-        except (DeltaError, OSError) as exc:
+        except OSError as exc:
+            if self._load(path) is not None:  # a commit landed meanwhile: the table is there now
+                return False
+            raise SinkError(f"cannot clear the uncommitted Delta log of {path}: {exc}") from exc
+        except DeltaError as exc:
             raise SinkError(f"cannot clear the uncommitted Delta log of {path}: {exc}") from exc
 
     def drop(self, ident: TableIdent) -> bool:
