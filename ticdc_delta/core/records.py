@@ -131,9 +131,9 @@ def dump_row_values(fields: tuple[Any, ...]) -> bytes:
     return pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def row_values(data: bytes) -> tuple[tuple[Any, ...], ChangeRecord | None]:
-    """The fields of the row change in :func:`dump_row_values` or :func:`dump_record` bytes, with each
-    image as its values, and the record itself when the bytes held a whole one (else ``None``).
+def _row_fields(data: bytes) -> tuple[tuple[Any, ...], bool]:
+    """The unpickled fields of :func:`dump_row_values` or :func:`dump_record` row bytes, and whether they
+    are the former's (each image as its values) rather than a whole record's.
 
     Raises:
         ValueError: the bytes are neither.
@@ -143,10 +143,23 @@ def row_values(data: bytes) -> tuple[tuple[Any, ...], ChangeRecord | None]:
     except Exception as exc:  # noqa: BLE001 - any unpickling failure means corrupt bytes
         raise ValueError(f"not a dumped row: {exc}") from exc
     if len(fields) == len(ChangeRecord._fields):
-        return fields, None
+        return fields, True
     if len(fields) != 2 or fields[0] != "row":
         raise ValueError(f"not a dumped row: {fields[0]!r}")
-    rec = ChangeRecord(*fields[1])
+    return fields[1], False
+
+
+def row_values(data: bytes) -> tuple[tuple[Any, ...], ChangeRecord | None]:
+    """The fields of the row change in :func:`dump_row_values` or :func:`dump_record` bytes, with each
+    image as its values, and the record itself when the bytes held a whole one (else ``None``).
+
+    Raises:
+        ValueError: the bytes are neither.
+    """
+    fields, values = _row_fields(data)
+    if values:
+        return fields, None
+    rec = ChangeRecord(*fields)
     new, old = rec.new, rec.old
     return (*rec[:8], None if new is None else tuple(c[3] for c in new),
             None if old is None else tuple(c[3] for c in old)), rec
@@ -160,10 +173,8 @@ def load_row(data: bytes, layout: Any = None) -> ChangeRecord:
     Raises:
         ValueError: the bytes are neither, or the layout is missing or does not fit the values.
     """
-    fields, rec = row_values(data)
-    if rec is not None:
-        return rec
-    return record_of_values(fields, layout)
+    fields, values = _row_fields(data)
+    return record_of_values(fields, layout) if values else ChangeRecord(*fields)
 
 
 def record_of_values(fields: tuple[Any, ...], layout: Any) -> ChangeRecord:

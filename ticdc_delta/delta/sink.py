@@ -1063,7 +1063,10 @@ class DeltaRsSink:
                 found = [f.path for f in store.get_file_info_selector(
                     pafs.FileSelector("_delta_log", allow_not_found=True, recursive=True))
                     if f.type == pafs.FileType.File]
-                if not found or not all(_uncommitted(p.rsplit("/", 1)[-1]) for p in found):
+                foreign = [name for name in found if not _uncommitted(name.rsplit("/", 1)[-1])]
+                if foreign:  # (as a directory that is not empty locally, below)
+                    raise OSError(f"the log holds {foreign[0]}, not a commit's temporary file")
+                if not found:
                     return False
                 for name in found:
                     store.delete_file(name)
