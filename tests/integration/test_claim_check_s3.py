@@ -1,7 +1,8 @@
 """Claim-check objects on an S3-compatible server (moto's, started here): the simulator plays TiCDC's
 claim-check writer into a bucket, ``ticdc-delta run`` reads them back on its executors with the credentials
 of the usual ``AWS_*`` environment variables, and the tables match the oracle; a reference to an object the
-bucket does not hold is a dead letter, not a crash."""
+bucket does not hold is a dead letter, not a crash. The delta-rs sink's own object-store paths are tested
+on such a server too: RENAME TABLE's copy-then-drop, DROP DATABASE's listing and a killed first commit's log."""
 
 from __future__ import annotations
 
@@ -219,3 +220,52 @@ def test_drop_database_on_s3_finds_every_table_of_the_schema(s3_process: str) ->
         assert sink.drop(ident)
     assert sink.tables_in_schema("db") == []
     assert [sink.read(t).num_rows for t in tables[2:]] == [2, 2]
+
+
+def test_uncommitted_log_on_s3_is_no_table_and_is_cleared(s3_process: str) -> None:
+    """A log that holds only a killed first commit's temporary files is no table on an object store either:
+    the schema's listing skips it and ``clear_uncommitted_log`` removes those files (then the table is made
+    as usual); a log holding anything else is refused with a clear error, a committed table left alone."""
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    from ticdc_delta.delta.sink import DeltaRsSink, TableIdent, Txn
+    from ticdc_delta.errors import SinkError
+
+    storage = {"AWS_ENDPOINT_URL": f"http://{s3_process}", "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "k",
+               "AWS_SECRET_ACCESS_KEY": "s", "AWS_ALLOW_HTTP": "true", "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+    sink = DeltaRsSink(f"s3://{BUCKET}/lake", storage_options=storage)
+    bucket = pafs.S3FileSystem(access_key="k", secret_key="s", region="us-east-1", endpoint_override=s3_process,
+                               scheme="http")
+
+    def put(ident: TableIdent, name: str) -> str:
+        key = f"{sink.table_path(*ident).removeprefix('s3://')}/_delta_log/{name}"
+        with bucket.open_output_stream(key) as out:
+            out.write(b"{")
+        return key
+
+    def exists(key: str) -> bool:
+        return bucket.get_file_info(key).type == pafs.FileType.File
+
+    rows = pa.table({"id": pa.array([1, 2], pa.int64())})
+    killed, committed, foreign = TableIdent("db", "killed"), TableIdent("db", "done"), TableIdent("db", "other")
+    assert not sink.clear_uncommitted_log(killed)  # nothing there at all
+    debris = [put(killed, ".00000000000000000000.json.0b1c.tmp"),
+              put(killed, "..00000000000000000000.json.0b1c.tmp.crc")]
+    sink.ensure_table(committed, rows.schema, [], Txn("it", 0))
+    sink.append(committed, rows, Txn("it", 1))
+    stray = put(committed, ".00000000000000000002.json.0b1e.tmp")
+    staged = put(foreign, "_staged_commits/00000000000000000000.5e7f.json")
+    assert sink.tables_in_schema("db") == [committed]
+
+    assert sink.clear_uncommitted_log(killed)
+    assert not any(exists(key) for key in debris)
+    assert not sink.clear_uncommitted_log(committed)
+    assert exists(stray) and sink.read(committed).num_rows == 2
+    with pytest.raises(SinkError, match="cannot clear the uncommitted Delta log"):
+        sink.clear_uncommitted_log(foreign)
+    assert exists(staged)
+
+    sink.ensure_table(killed, rows.schema, [], Txn("it", 0))
+    sink.append(killed, rows, Txn("it", 1))
+    assert sorted(sink.tables_in_schema("db")) == [committed, killed] and sink.read(killed).num_rows == 2
