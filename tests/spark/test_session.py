@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ticdc_delta.jars import SPARK_PACKAGES
-from ticdc_delta.spark.session import CODEGEN_CACHE_ENTRIES, jar_confs, overridden
+from ticdc_delta.spark.session import CODEGEN_CACHE_ENTRIES, _chooses_gc, jar_confs, overridden
 
 
 def test_fetched_jars_go_on_spark_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,3 +84,17 @@ def test_a_batch_worth_of_generated_code_is_compiled_once(spark: Any) -> None:
     plans.collect()  # the same plans again: all from the cache
     assert compiled.getCount() == before
     assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == str(CODEGEN_CACHE_ENTRIES)
+
+
+def test_a_local_driver_collects_with_the_parallel_collector_unless_told_otherwise(spark: Any) -> None:
+    """The shared session's JVM (local master, its own ``-D`` options) runs the parallel collector; a
+    collector chosen in the driver's Java options or the JVM's environment is left alone (two collectors
+    stop the JVM from starting)."""
+    beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    assert sorted(bean.getName() for bean in beans) == ["PS MarkSweep", "PS Scavenge"]
+
+    assert not _chooses_gc({"spark.driver.extraJavaOptions": "-Dderby.system.home=/x -XX:+UseGCOverheadLimit"}, {})
+    assert _chooses_gc({"spark.driver.extraJavaOptions": "-Xss4m -XX:+UseG1GC"}, {})
+    assert _chooses_gc({}, {"JAVA_TOOL_OPTIONS": "-XX:+UseZGC"})
+    assert _chooses_gc({}, {"JDK_JAVA_OPTIONS": "-XX:+UseShenandoahGC -Dx=1"})
+    assert not _chooses_gc({}, {"JAVA_TOOL_OPTIONS": "-Dfile.encoding=UTF-8"})
