@@ -128,6 +128,12 @@ def test_claim_check_on_s3_lands_exactly(s3_server: dict[str, str], broker: Any,
     assert "test-t1-1-not-stored.json" in dead["error"] and "is not in" in dead["error"]
 
 
+def _storage(endpoint: str) -> dict[str, str]:
+    """delta-rs' storage options for :func:`s3_process`'s server (it takes any credentials)."""
+    return {"AWS_ENDPOINT_URL": f"http://{endpoint}", "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "k",
+            "AWS_SECRET_ACCESS_KEY": "s", "AWS_ALLOW_HTTP": "true", "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+
+
 @pytest.fixture
 def s3_process() -> Iterator[str]:
     """moto's S3 in a process of its own on a free 127.0.0.1 port (any credentials); yields the endpoint.
@@ -171,9 +177,7 @@ def test_rename_table_on_s3_finishes_a_move_stopped_between_copy_and_drop(
     from ticdc_delta.delta.sink import DeltaRsSink, TableIdent, Txn
     from ticdc_delta.errors import SinkError
 
-    storage = {"AWS_ENDPOINT_URL": f"http://{s3_process}", "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "k",
-               "AWS_SECRET_ACCESS_KEY": "s", "AWS_ALLOW_HTTP": "true", "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
-    sink = DeltaRsSink(f"s3://{BUCKET}/lake", storage_options=storage)
+    sink = DeltaRsSink(f"s3://{BUCKET}/lake", storage_options=_storage(s3_process))
     rows = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "v": ["a", "b", "c"]})
     a, b, c = TableIdent("db", "a"), TableIdent("db", "b"), TableIdent("db", "c")
     for ident in (a, c):
@@ -205,9 +209,7 @@ def test_drop_database_on_s3_finds_every_table_of_the_schema(s3_process: str) ->
 
     from ticdc_delta.delta.sink import DeltaRsSink, TableIdent, Txn
 
-    storage = {"AWS_ENDPOINT_URL": f"http://{s3_process}", "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "k",
-               "AWS_SECRET_ACCESS_KEY": "s", "AWS_ALLOW_HTTP": "true", "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
-    sink = DeltaRsSink(f"s3://{BUCKET}/lake", storage_options=storage)
+    sink = DeltaRsSink(f"s3://{BUCKET}/lake", storage_options=_storage(s3_process))
     rows = pa.table({"id": pa.array([1, 2], pa.int64())})
     tables = [TableIdent("db", "a"), TableIdent("db", "b/c"), TableIdent("db2", "a"), TableIdent("db_x", "z")]
     for ident in tables:
@@ -232,9 +234,7 @@ def test_uncommitted_log_on_s3_is_no_table_and_is_cleared(s3_process: str) -> No
     from ticdc_delta.delta.sink import DeltaRsSink, TableIdent, Txn
     from ticdc_delta.errors import SinkError
 
-    storage = {"AWS_ENDPOINT_URL": f"http://{s3_process}", "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "k",
-               "AWS_SECRET_ACCESS_KEY": "s", "AWS_ALLOW_HTTP": "true", "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
-    sink = DeltaRsSink(f"s3://{BUCKET}/lake", storage_options=storage)
+    sink = DeltaRsSink(f"s3://{BUCKET}/lake", storage_options=_storage(s3_process))
     bucket = pafs.S3FileSystem(access_key="k", secret_key="s", region="us-east-1", endpoint_override=s3_process,
                                scheme="http")
 

@@ -328,8 +328,9 @@ class ValueScreen:
         """For a table whose every image lists a prefix of ``columns`` (``(name, type code, flags)``): a
         function giving an image's values (the image as its values alone) as the table's Delta columns take
         them — what a MERGE writes (:func:`~.arrow_types.converter_for` of each value, in the image's
-        order: the screen's checks convert as they check) — and raising :class:`SinkError` where :meth:`check` refuses the change (which then
-        says why). The columnar path's screen, without working out each image's layout.
+        order: the screen's checks convert as they check) — and raising :class:`SinkError` where
+        :meth:`check` refuses the change (which then says why). The columnar path's screen, without working
+        out each image's layout.
 
         Raises:
             SinkError: here, when the function is built: a DECIMAL column whose type parameters a DDL the
