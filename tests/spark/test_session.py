@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import functools
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ticdc_delta.jars import SPARK_PACKAGES
-from ticdc_delta.spark.session import CODEGEN_CACHE_ENTRIES, _chooses_gc, jar_confs, overridden
+from ticdc_delta.spark.session import CODEGEN_CACHE_ENTRIES, _chooses_gc, _launcher_settings, jar_confs, overridden
 
 
 def test_fetched_jars_go_on_spark_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,15 +87,56 @@ def test_a_batch_worth_of_generated_code_is_compiled_once(spark: Any) -> None:
     assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == str(CODEGEN_CACHE_ENTRIES)
 
 
-def test_a_local_driver_collects_with_the_parallel_collector_unless_told_otherwise(spark: Any) -> None:
+def test_a_local_driver_collects_with_the_parallel_collector_unless_told_otherwise(spark: Any, tmp_path: Path) -> None:
     """The shared session's JVM (local master, its own ``-D`` options) runs the parallel collector; a
     collector chosen in the driver's Java options or the JVM's environment is left alone (two collectors
     stop the JVM from starting)."""
     beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
     assert sorted(bean.getName() for bean in beans) == ["PS MarkSweep", "PS Scavenge"]
 
-    assert not _chooses_gc({"spark.driver.extraJavaOptions": "-Dderby.system.home=/x -XX:+UseGCOverheadLimit"}, {})
-    assert _chooses_gc({"spark.driver.extraJavaOptions": "-Xss4m -XX:+UseG1GC"}, {})
-    assert _chooses_gc({}, {"JAVA_TOOL_OPTIONS": "-XX:+UseZGC"})
-    assert _chooses_gc({}, {"JDK_JAVA_OPTIONS": "-XX:+UseShenandoahGC -Dx=1"})
-    assert not _chooses_gc({}, {"JAVA_TOOL_OPTIONS": "-Dfile.encoding=UTF-8"})
+    none = {"SPARK_CONF_DIR": str(tmp_path)}  # no spark-defaults.conf there
+    assert not _chooses_gc({"spark.driver.extraJavaOptions": "-Dderby.system.home=/x -XX:+UseGCOverheadLimit"}, none)
+    assert _chooses_gc({"spark.driver.extraJavaOptions": "-Xss4m -XX:+UseG1GC"}, none)
+    assert _chooses_gc({}, {**none, "JAVA_TOOL_OPTIONS": "-XX:+UseZGC"})
+    assert _chooses_gc({}, {**none, "JDK_JAVA_OPTIONS": "-XX:+UseShenandoahGC -Dx=1"})
+    assert not _chooses_gc({}, {**none, "JAVA_TOOL_OPTIONS": "-Dfile.encoding=UTF-8"})
+    assert _chooses_gc({}, {**none, "PYSPARK_SUBMIT_ARGS": "--driver-java-options -XX:+UseSerialGC pyspark-shell"})
+
+
+def test_the_launchers_settings_file_is_read_as_spark_reads_it(tmp_path: Path) -> None:
+    """A local session's JVM is started by Spark's launcher, which adds ``spark-defaults.conf`` (or the
+    ``--properties-file`` of ``PYSPARK_SUBMIT_ARGS``) to the job's settings: a collector chosen there, or
+    default Java options of the user's, are not contradicted by the job's own (checked by hand: with
+    ``-XX:+UseG1GC`` in a ``SPARK_CONF_DIR``'s file, the job's JVM did not start before this)."""
+    defaults = tmp_path / "spark-defaults.conf"
+    env = {"SPARK_CONF_DIR": str(tmp_path)}
+    assert _launcher_settings(env) == {}
+    assert not _chooses_gc({}, env)
+
+    defaults.write_text("# a comment\n! another\n\nspark.driver.memory 2g\n"
+                        "spark.driver.extraJavaOptions   -Dx=1 \\\n    -XX:+UseG1GC\n")
+    assert _launcher_settings(env) == {"spark.driver.memory": "2g", "spark.driver.extraJavaOptions": "-Dx=1 -XX:+UseG1GC"}
+    assert _chooses_gc({}, env)
+    # the job's own extraJavaOptions replace the file's (``--conf`` wins over it): then only they count
+    assert not _chooses_gc({"spark.driver.extraJavaOptions": "-Dy=2"}, env)
+    # under spark-submit the JVM runs already, and its settings are read from it
+    assert not _chooses_gc({}, {**env, "PYSPARK_GATEWAY_PORT": "41000"})
+
+    # the file's default Java options are the user's: the job's never replace them
+    defaults.write_text("spark.driver.defaultJavaOptions=-Xss4m\n")
+    assert _chooses_gc({}, env)
+
+    # --properties-file replaces spark-defaults.conf, unless --load-spark-defaults
+    defaults.write_text("spark.driver.memory: 3g\n")
+    job = tmp_path / "a job.conf"
+    job.write_text("spark.driver.extraJavaOptions=-XX:+UseZGC\n")
+    args = f"--properties-file {shlex.quote(str(job))} pyspark-shell"
+    assert _launcher_settings({**env, "PYSPARK_SUBMIT_ARGS": args}) == {"spark.driver.extraJavaOptions": "-XX:+UseZGC"}
+    args = f"--load-spark-defaults {shlex.quote('--properties-file=' + str(job))} pyspark-shell"
+    assert _launcher_settings({**env, "PYSPARK_SUBMIT_ARGS": args}) == {
+        "spark.driver.memory": "3g", "spark.driver.extraJavaOptions": "-XX:+UseZGC"}
+
+    # without SPARK_CONF_DIR: the conf folder of Spark's home
+    (tmp_path / "home" / "conf").mkdir(parents=True)
+    (tmp_path / "home" / "conf" / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions -XX:+UseSerialGC\n")
+    assert _chooses_gc({}, {"SPARK_HOME": str(tmp_path / "home")})

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shlex
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -118,11 +119,71 @@ _GC_FLAG = re.compile(r"-XX:\+Use\w*GC\b")
 
 
 def _chooses_gc(settings: Mapping[str, str], environ: Mapping[str, str]) -> bool:
-    """Whether the driver's own JVM options (``spark.driver.extraJavaOptions``, or ``JAVA_TOOL_OPTIONS`` /
-    ``JDK_JAVA_OPTIONS``, which every JVM reads) already choose a garbage collector."""
-    given = [settings.get("spark.driver.extraJavaOptions", ""), environ.get("JAVA_TOOL_OPTIONS", ""),
-             environ.get("JDK_JAVA_OPTIONS", "")]
+    """Whether the driver's JVM options are chosen elsewhere than in the job's :data:`LOCAL_CONFS`: a
+    garbage collector in ``spark.driver.extraJavaOptions`` (of ``settings`` or of the launcher's settings
+    file, :func:`_launcher_settings`), in ``JAVA_TOOL_OPTIONS`` / ``JDK_JAVA_OPTIONS`` (which every JVM
+    reads) or in ``PYSPARK_SUBMIT_ARGS`` (``--driver-java-options``, ``--conf``), or
+    ``spark.driver.defaultJavaOptions`` in the launcher's settings file."""
+    launcher = {} if "PYSPARK_GATEWAY_PORT" in environ else _launcher_settings(environ)
+    if "spark.driver.defaultJavaOptions" in launcher:
+        return True
+    given = [{**launcher, **settings}.get("spark.driver.extraJavaOptions", ""), environ.get("JAVA_TOOL_OPTIONS", ""),
+             environ.get("JDK_JAVA_OPTIONS", ""), environ.get("PYSPARK_SUBMIT_ARGS", "")]
     return any(_GC_FLAG.search(options) for options in given)
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    """A Java properties file as Spark's launcher reads it (``key value`` or ``key=value`` lines, ``#``/``!``
+    comments, a line ending in an odd number of backslashes continued on the next); ``{}`` when it is not
+    there."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    out: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.lstrip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2:
+            pending = line[:-1]
+            continue
+        pending = ""
+        found = re.match(r"((?:[^\\\s=:]|\\.)+)\s*[=:]?\s*(.*)", line)
+        if found:
+            out[found[1].replace("\\", "")] = found[2].strip()
+    return out
+
+
+def _launcher_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """The settings file Spark's launcher reads when this process starts a JVM itself (no spark-submit):
+    ``--properties-file`` of ``PYSPARK_SUBMIT_ARGS`` (with ``spark-defaults.conf`` under it if
+    ``--load-spark-defaults``), else ``spark-defaults.conf`` in ``SPARK_CONF_DIR`` or in Spark's home's
+    ``conf``. What it sets joins the JVM's options before the job's own, so the job must not contradict it."""
+    args = shlex.split(environ.get("PYSPARK_SUBMIT_ARGS", ""))
+    given = None
+    for i, arg in enumerate(args):
+        if arg == "--properties-file" and i + 1 < len(args):
+            given = args[i + 1]
+        elif arg.startswith("--properties-file="):
+            given = arg.partition("=")[2]
+    settings = {}
+    if given is None or "--load-spark-defaults" in args:
+        conf_dir = environ.get("SPARK_CONF_DIR")
+        if not conf_dir:
+            from pyspark.find_spark_home import _find_spark_home
+
+            try:
+                conf_dir = os.path.join(environ.get("SPARK_HOME") or _find_spark_home(), "conf")
+            except SystemExit:  # no Spark home: the launcher cannot start either, and says so itself
+                conf_dir = None
+        if conf_dir:
+            settings.update(_read_properties(Path(conf_dir, "spark-defaults.conf")))
+    if given is not None:
+        settings.update(_read_properties(Path(given)))
+    return settings
 
 
 def package_root() -> str:
