@@ -62,12 +62,12 @@ def test_the_job_under_spark_submit_keeps_what_spark_submit_set(broker: Any, tmp
         "from ticdc_delta.spark.job import spark_for\n"
         "spark = spark_for(load_config(sys.argv[1]))\n"
         "for key in ('spark.sql.shuffle.partitions', 'spark.default.parallelism', 'spark.sql.adaptive.enabled',\n"
-        "            'spark.sql.codegen.cache.maxEntries', 'spark.master'):\n"
+        "            'spark.sql.codegen.cache.maxEntries', 'spark.master', 'spark.app.name'):\n"
         "    print('SETTING', key, spark.sparkContext.getConf().get(key))\n"
         "spark.stop()\n"
     )
     submitted = ("--conf", "spark.sql.shuffle.partitions=3", "--conf", "spark.default.parallelism=3")
-    seen = _spark_submit(*submitted, str(probe), str(cfg_path), timeout=300)
+    seen = _spark_submit(*submitted, "--name", "orders-cdc", str(probe), str(cfg_path), timeout=300)
     assert seen.returncode == 0, seen.stderr[-3000:]
     settings = dict(line.split()[1:3] for line in seen.stdout.splitlines() if line.startswith("SETTING "))
     assert settings == {
@@ -76,6 +76,7 @@ def test_the_job_under_spark_submit_keeps_what_spark_submit_set(broker: Any, tmp
         "spark.sql.adaptive.enabled": "false",  # the job's defaults where spark-submit set nothing
         "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
         "spark.master": "local[1]",
+        "spark.app.name": "orders-cdc",  # spark-submit's --name, not the job's own
     }
 
     run = _spark_submit(*submitted, "jobs/ticdc_to_delta.py", "--config", str(cfg_path), "--once")
@@ -84,6 +85,7 @@ def test_the_job_under_spark_submit_keeps_what_spark_submit_set(broker: Any, tmp
     said = [line.split("keeping the settings spark-submit gave: ", 1)[1] for line in run.stdout.splitlines()
             if "keeping the settings spark-submit gave: " in line]
     assert said and {"spark.default.parallelism", "spark.sql.shuffle.partitions"} <= set(said[0].split(", "))
+    assert "spark.app.name" not in said[0]  # no --name: spark-submit's default (the script's name) gives way
     cfg = load_config(cfg_path)
     diffs = compare_with_oracle(_ConfiguredSink(cfg), result.oracle, tz=cfg.sink.source_timezone)
     assert not [d.describe() for d in diffs if not d.ok]

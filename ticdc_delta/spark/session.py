@@ -275,7 +275,8 @@ def get_or_create_spark(
     ``confs`` override :data:`DEFAULT_CONFS`; JVM-level settings (driver memory, jars, Delta's extension)
     only take effect when this call starts the JVM (under spark-submit, ``--jars``/``--packages`` and
     ``--conf`` give them: see the README). Under spark-submit, what it set (:func:`submitted_confs`) wins
-    over both: a cluster's ``spark.sql.shuffle.partitions`` is not cut to this machine-sized default.
+    over both: a cluster's ``spark.sql.shuffle.partitions`` is not cut to this machine-sized default, and
+    its ``--name`` to ``app_name`` (spark-submit's default name, the script's file name, is).
 
     Raises:
         TypeError: ``app_name`` is not a non-empty string or ``confs`` is not a mapping.
@@ -305,12 +306,15 @@ def get_or_create_spark(
         if "spark.driver.defaultJavaOptions" not in user and _chooses_gc(settings, os.environ):
             settings.pop("spark.driver.defaultJavaOptions", None)  # (ours: only the collector)
         settings.update(jar_confs(user))
+        settings["spark.app.name"] = app_name
         submitted = submitted_confs()
+        if submitted.get("spark.app.name") == Path(sys.argv[0]).name:
+            del submitted["spark.app.name"]  # spark-submit's default (the script's file name), not a --name
         kept = overridden(settings, submitted)
         if kept:
             log.info("keeping the settings spark-submit gave: %s", ", ".join(kept))
         settings = {k: v for k, v in settings.items() if k not in submitted}
-        builder = SparkSession.builder.appName(app_name)
+        builder = SparkSession.builder
         if master is not None:
             builder = builder.master(master)
         for key, value in settings.items():
