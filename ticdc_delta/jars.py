@@ -10,7 +10,9 @@ pyspark.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from ticdc_delta.errors import ConfigError
@@ -22,6 +24,7 @@ __all__ = [
     "spark_jars",
     "broker_classpath",
     "java_executable",
+    "chooses_gc",
 ]
 
 #: The Maven coordinates of :func:`spark_jars`, for ``spark.jars.packages`` / ``spark-submit --packages``
@@ -81,3 +84,15 @@ def java_executable() -> str:
     if found is None:
         raise ConfigError("no java executable: install Java 17 or set JAVA_HOME")
     return found
+
+
+_GC_FLAG = re.compile(r"-XX:\+Use\w*GC\b")
+"""A JVM option that chooses a garbage collector (two of them stop the JVM from starting)."""
+
+
+def chooses_gc(*options: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether any of ``options`` (JVM options as one string each), or the ``JAVA_TOOL_OPTIONS`` /
+    ``JDK_JAVA_OPTIONS`` of ``environ`` (which every JVM reads), choose a garbage collector: then a JVM
+    started with options of ours must not choose one too."""
+    given = [*options, environ.get("JAVA_TOOL_OPTIONS", ""), environ.get("JDK_JAVA_OPTIONS", "")]
+    return any(_GC_FLAG.search(option) for option in given)

@@ -35,14 +35,18 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ticdc_delta.errors import BrokerUnavailableError
-from ticdc_delta.jars import broker_classpath, java_executable
+from ticdc_delta.jars import broker_classpath, chooses_gc, java_executable
 
 __all__ = ["LocalBroker", "broker_classpath", "free_port", "wait_for_high_watermarks"]
 
-#: JVM options: a small heap and a light collector (2-core machines run the broker next to Spark).
+#: A light collector (2-core machines run the broker next to Spark), left out when the JVM's environment
+#: chooses one (:func:`~ticdc_delta.jars.chooses_gc`: two stop the JVM from starting).
+_SERIAL_GC = "-XX:+UseSerialGC"
+
+#: JVM options: a small heap and :data:`_SERIAL_GC`.
 _JVM_OPTS = (
     "-Xms64m",
-    "-XX:+UseSerialGC",
+    _SERIAL_GC,
     "-XX:+ExitOnOutOfMemoryError",
     "-Djava.awt.headless=true",
     "-Dlog4j2.configurationFile={log4j}",
@@ -283,7 +287,9 @@ class LocalBroker:
         )
         log4j = self._work_dir / "log4j2.properties"
         log4j.write_text(_LOG4J2)
-        jvm = [java, f"-Xmx{self._heap}", *(o.format(log4j=log4j) for o in _JVM_OPTS), "-cp", classpath]
+        theirs = chooses_gc()
+        options = [o.format(log4j=log4j) for o in _JVM_OPTS if not (theirs and o == _SERIAL_GC)]
+        jvm = [java, f"-Xmx{self._heap}", *options, "-cp", classpath]
         with open(log_path, "ab") as log:
             if not (data_dir / "meta.properties").exists():
                 cid = _cluster_id()

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..jars import chooses_gc
 from ..locations import file_path
 
 if TYPE_CHECKING:
@@ -114,10 +115,6 @@ LOCAL_CONFS: dict[str, str] = {
     "spark.driver.defaultJavaOptions": "-XX:+UseParallelGC",
 }
 
-_GC_FLAG = re.compile(r"-XX:\+Use\w*GC\b")
-"""A JVM option that chooses a garbage collector (two of them stop the JVM from starting)."""
-
-
 def _chooses_gc(settings: Mapping[str, str], environ: Mapping[str, str]) -> bool:
     """Whether the driver's JVM options are chosen elsewhere than in the job's :data:`LOCAL_CONFS`: a
     garbage collector in ``spark.driver.extraJavaOptions`` (of ``settings`` or of the launcher's settings
@@ -127,9 +124,8 @@ def _chooses_gc(settings: Mapping[str, str], environ: Mapping[str, str]) -> bool
     launcher = {} if "PYSPARK_GATEWAY_PORT" in environ else _launcher_settings(environ)
     if "spark.driver.defaultJavaOptions" in launcher:
         return True
-    given = [{**launcher, **settings}.get("spark.driver.extraJavaOptions", ""), environ.get("JAVA_TOOL_OPTIONS", ""),
-             environ.get("JDK_JAVA_OPTIONS", ""), environ.get("PYSPARK_SUBMIT_ARGS", "")]
-    return any(_GC_FLAG.search(options) for options in given)
+    return chooses_gc({**launcher, **settings}.get("spark.driver.extraJavaOptions", ""),
+                      environ.get("PYSPARK_SUBMIT_ARGS", ""), environ=environ)
 
 
 def _read_properties(path: Path) -> dict[str, str]:
