@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from ticdc_delta.jars import SPARK_PACKAGES
-from ticdc_delta.spark.session import CODEGEN_CACHE_ENTRIES, _chooses_gc, _launcher_settings, jar_confs, overridden
+from ticdc_delta.spark.session import (CODEGEN_CACHE_ENTRIES, _collector_chosen_elsewhere, _launcher_settings, jar_confs,
+                                       overridden)
 
 
 def test_fetched_jars_go_on_spark_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,12 +96,14 @@ def test_a_local_driver_collects_with_the_parallel_collector_unless_told_otherwi
     assert sorted(bean.getName() for bean in beans) == ["PS MarkSweep", "PS Scavenge"]
 
     none = {"SPARK_CONF_DIR": str(tmp_path)}  # no spark-defaults.conf there
-    assert not _chooses_gc({"spark.driver.extraJavaOptions": "-Dderby.system.home=/x -XX:+UseGCOverheadLimit"}, none)
-    assert _chooses_gc({"spark.driver.extraJavaOptions": "-Xss4m -XX:+UseG1GC"}, none)
-    assert _chooses_gc({}, {**none, "JAVA_TOOL_OPTIONS": "-XX:+UseZGC"})
-    assert _chooses_gc({}, {**none, "JDK_JAVA_OPTIONS": "-XX:+UseShenandoahGC -Dx=1"})
-    assert not _chooses_gc({}, {**none, "JAVA_TOOL_OPTIONS": "-Dfile.encoding=UTF-8"})
-    assert _chooses_gc({}, {**none, "PYSPARK_SUBMIT_ARGS": "--driver-java-options -XX:+UseSerialGC pyspark-shell"})
+    not_a_collector = "-Dderby.system.home=/x -XX:+UseGCOverheadLimit"
+    assert not _collector_chosen_elsewhere({"spark.driver.extraJavaOptions": not_a_collector}, none)
+    assert _collector_chosen_elsewhere({"spark.driver.extraJavaOptions": "-Xss4m -XX:+UseG1GC"}, none)
+    assert _collector_chosen_elsewhere({}, {**none, "JAVA_TOOL_OPTIONS": "-XX:+UseZGC"})
+    assert _collector_chosen_elsewhere({}, {**none, "JDK_JAVA_OPTIONS": "-XX:+UseShenandoahGC -Dx=1"})
+    assert not _collector_chosen_elsewhere({}, {**none, "JAVA_TOOL_OPTIONS": "-Dfile.encoding=UTF-8"})
+    args = "--driver-java-options -XX:+UseSerialGC pyspark-shell"
+    assert _collector_chosen_elsewhere({}, {**none, "PYSPARK_SUBMIT_ARGS": args})
 
 
 def test_the_launchers_settings_file_is_read_as_spark_reads_it(tmp_path: Path) -> None:
@@ -111,20 +114,20 @@ def test_the_launchers_settings_file_is_read_as_spark_reads_it(tmp_path: Path) -
     defaults = tmp_path / "spark-defaults.conf"
     env = {"SPARK_CONF_DIR": str(tmp_path)}
     assert _launcher_settings(env) == {}
-    assert not _chooses_gc({}, env)
+    assert not _collector_chosen_elsewhere({}, env)
 
     defaults.write_text("# a comment\n! another\n\nspark.driver.memory 2g\n"
                         "spark.driver.extraJavaOptions   -Dx=1 \\\n    -XX:+UseG1GC\n")
     assert _launcher_settings(env) == {"spark.driver.memory": "2g", "spark.driver.extraJavaOptions": "-Dx=1 -XX:+UseG1GC"}
-    assert _chooses_gc({}, env)
+    assert _collector_chosen_elsewhere({}, env)
     # the job's own extraJavaOptions replace the file's (``--conf`` wins over it): then only they count
-    assert not _chooses_gc({"spark.driver.extraJavaOptions": "-Dy=2"}, env)
+    assert not _collector_chosen_elsewhere({"spark.driver.extraJavaOptions": "-Dy=2"}, env)
     # under spark-submit the JVM runs already, and its settings are read from it
-    assert not _chooses_gc({}, {**env, "PYSPARK_GATEWAY_PORT": "41000"})
+    assert not _collector_chosen_elsewhere({}, {**env, "PYSPARK_GATEWAY_PORT": "41000"})
 
     # the file's default Java options are the user's: the job's never replace them
     defaults.write_text("spark.driver.defaultJavaOptions=-Xss4m\n")
-    assert _chooses_gc({}, env)
+    assert _collector_chosen_elsewhere({}, env)
 
     # --properties-file replaces spark-defaults.conf, unless --load-spark-defaults
     defaults.write_text("spark.driver.memory: 3g\n")
@@ -139,4 +142,4 @@ def test_the_launchers_settings_file_is_read_as_spark_reads_it(tmp_path: Path) -
     # without SPARK_CONF_DIR: the conf folder of Spark's home
     (tmp_path / "home" / "conf").mkdir(parents=True)
     (tmp_path / "home" / "conf" / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions -XX:+UseSerialGC\n")
-    assert _chooses_gc({}, {"SPARK_HOME": str(tmp_path / "home")})
+    assert _collector_chosen_elsewhere({}, {"SPARK_HOME": str(tmp_path / "home")})

@@ -111,11 +111,12 @@ LOCAL_CONFS: dict[str, str] = {
     # the parallel (throughput) collector for the driver's JVM, which runs the tasks too: Java 17's default
     # G1 ran ~100 concurrent cycles in a 1M-change run (Arrow buffers and Kafka fetches are humongous
     # objects to it), its concurrent threads taking CPU from the two task threads. Measured: ~6 % more
-    # changes/s, see the README. Left out when the JVM's options already choose a collector (_chooses_gc)
+    # changes/s, see the README. Left out when the JVM's options already choose a collector
+    # (_collector_chosen_elsewhere)
     "spark.driver.defaultJavaOptions": "-XX:+UseParallelGC",
 }
 
-def _chooses_gc(settings: Mapping[str, str], environ: Mapping[str, str]) -> bool:
+def _collector_chosen_elsewhere(settings: Mapping[str, str], environ: Mapping[str, str]) -> bool:
     """Whether the driver's JVM options are chosen elsewhere than in the job's :data:`LOCAL_CONFS`: a
     garbage collector in ``spark.driver.extraJavaOptions`` (of ``settings`` or of the launcher's settings
     file, :func:`_launcher_settings`), in ``JAVA_TOOL_OPTIONS`` / ``JDK_JAVA_OPTIONS`` (which every JVM
@@ -299,10 +300,10 @@ def get_or_create_spark(
             settings["spark.executorEnv.PYTHONPATH"] = python_path
         user = {k: str(v) for k, v in (confs or {}).items()}
         settings.update(user)
-        if "spark.driver.defaultJavaOptions" not in user and _chooses_gc(settings, os.environ):
+        if "spark.driver.defaultJavaOptions" not in user and _collector_chosen_elsewhere(settings, os.environ):
             settings.pop("spark.driver.defaultJavaOptions", None)  # (ours: only the collector)
         settings.update(jar_confs(user))
-        settings["spark.app.name"] = app_name
+        settings.setdefault("spark.app.name", app_name)  # (a spark.app.name in confs wins, as before)
         submitted = submitted_confs()
         if submitted.get("spark.app.name") == Path(sys.argv[0]).name:
             del submitted["spark.app.name"]  # spark-submit's default (the script's file name), not a --name
