@@ -122,7 +122,7 @@ def _collector_chosen_elsewhere(settings: Mapping[str, str], environ: Mapping[st
     file, :func:`_launcher_settings`), in ``JAVA_TOOL_OPTIONS`` / ``JDK_JAVA_OPTIONS`` (which every JVM
     reads) or in ``PYSPARK_SUBMIT_ARGS`` (``--driver-java-options``, ``--conf``), or
     ``spark.driver.defaultJavaOptions`` in the launcher's settings file."""
-    launcher = {} if "PYSPARK_GATEWAY_PORT" in environ else _launcher_settings(environ)
+    launcher = {} if under_spark_submit(environ) else _launcher_settings(environ)
     if "spark.driver.defaultJavaOptions" in launcher:
         return True
     return chooses_gc({**launcher, **settings}.get("spark.driver.extraJavaOptions", ""),
@@ -210,10 +210,10 @@ def jar_confs(user: Mapping[str, str] | None = None) -> dict[str, str]:
     return {key: ",".join(theirs + [x for x in ours if x not in theirs])}
 
 
-def under_spark_submit() -> bool:
-    """Whether this Python process was started by spark-submit (its JVM, and the gateway to it, are up
-    before any session is)."""
-    return "PYSPARK_GATEWAY_PORT" in os.environ
+def under_spark_submit(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this Python process (of environment ``environ``) was started by spark-submit (its JVM, and
+    the gateway to it, are up before any session is)."""
+    return "PYSPARK_GATEWAY_PORT" in environ
 
 
 def submitted_confs() -> dict[str, str]:
