@@ -72,7 +72,7 @@ from .columnar import (
     CHANGE, ColumnarTable, collapse_changes, columnar_fn, columnar_schema, columnar_tables, final_counts, merge_source,
 )
 from .decode import LAYOUT, NAMED_SCHEMA, SPAN, few_tasks, make_decode_fn, spark_ddl
-from .delta_sink import SparkDeltaSink
+from .delta_sink import SparkDeltaSink, _quote, _sql_table
 from .session import cache_in_session, own_session
 
 __all__ = ["SparkEngine", "STAGING_SCHEMA", "STAGING_PROPERTIES", "MERGE_SOURCE_HOOK", "staging_path", "is_conflict"]
@@ -497,10 +497,6 @@ def _calling(on_read: Callable[[], None]) -> Callable[[Iterator[pa.RecordBatch]]
     return call
 
 
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 # --- the engine (driver) ------------------------------------------------------------------------------
 
 
@@ -627,7 +623,7 @@ class SparkEngine:
                                 if found.get(key) != value)
             if missing:
                 self._retry("tune staging", lambda: spark.sql(
-                    f"ALTER TABLE delta.{_quote(self.staging)} SET TBLPROPERTIES ({missing})"))
+                    f"ALTER TABLE {_sql_table(self.staging)} SET TBLPROPERTIES ({missing})"))
         except Exception as exc:  # noqa: BLE001 - the next run tries again
             log.warning("could not set the properties of the staging table %s: %s", self.staging,
                         str(exc).splitlines()[0][:200])
