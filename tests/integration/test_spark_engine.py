@@ -17,7 +17,7 @@ import pytest
 from ticdc_delta.config import config_from_mapping
 from ticdc_delta.delta.state_store import StateStore
 from ticdc_delta.status import collect_status
-from ticdc_delta.spark.batch_handler import FAULT_ENV, InjectedFault
+from ticdc_delta.spark.batch_handler import FAULT_ENV, InjectedFault, _ConfiguredSink
 from ticdc_delta.spark.job import build_handler, run_job
 
 from .test_end_to_end import PROTOCOLS, _assert_matches, _snapshot, _stream
@@ -168,6 +168,83 @@ def test_the_staging_table_keeps_no_column_statistics(broker: Any, spark: Any, t
     _assert_each_txn_committed_once(tmp_path / "job" / "lake")
     assert STAGING_PROPERTIES.items() <= RsTable(str(staging)).metadata().configuration.items()
     assert "minValues" in column_stats()  # (the one append before the property came back)
+
+
+def _canal(kind: str, key_type: str, ts: int, rows: list[dict[str, str]] | None,
+           old: list[dict[str, str]] | None = None) -> bytes:
+    """A canal-json message (TiDB extension) of table ``kr.items`` (``k`` of ``key_type``, the key; ``v`` int),
+    or a ``TIDB_WATERMARK`` when ``kind`` is that."""
+    if kind == "TIDB_WATERMARK":
+        return json.dumps({"id": 0, "database": "", "table": "", "pkNames": None, "isDdl": False, "type": kind,
+                           "es": ts >> 18, "ts": ts >> 18, "sql": "", "sqlType": None, "mysqlType": None,
+                           "data": None, "old": None, "_tidb": {"watermarkTs": ts}}).encode()
+    return json.dumps({"id": 0, "database": "kr", "table": "items", "pkNames": ["k"], "isDdl": False, "type": kind,
+                       "es": ts >> 18, "ts": ts >> 18, "sql": "", "sqlType": {"k": -5 if key_type == "bigint" else 12, "v": 4},
+                       "mysqlType": {"k": key_type, "v": "int"}, "data": rows, "old": old,
+                       "_tidb": {"commitTs": ts}}).encode()
+
+
+@pytest.mark.parametrize(("key_type", "path"), [("bigint", "records"), ("varchar", "columnar")])
+def test_a_merge_into_a_big_table_reads_only_the_files_of_its_key_range(
+        key_type: str, path: str, broker: Any, spark: Any, tmp_path: Path, unique_name: Any, progress: Any) -> None:
+    """Once a target table has ``sink.merge_key_range_rows`` rows, its MERGE's condition carries the source's key
+    range, and Delta skips the files outside it instead of reading every file for matches. Three batches
+    insert keys 1–100, 101–200 and 201–300 (files of their own); the first batch's files are then moved
+    away, and a batch that changes keys 150–301 must not read them: the MERGE succeeds (without the range
+    it fails on the missing files) and, the files back, the table holds exactly the expected rows."""
+    import pyarrow as pa
+    from deltalake import DeltaTable as RsTable
+
+    from ticdc_delta.delta.sink import TableIdent
+
+    topic = unique_name(f"key-range-{key_type}")
+    broker.create_topic(topic, partitions=1)
+    ts = [446_000_000_000_000_000]
+
+    def key(i: int) -> str:
+        return str(i) if key_type == "bigint" else f"k{i:05d}"
+
+    def change(kind: str, i: int, v: int) -> tuple[int, None, bytes]:
+        ts[0] += 1 << 18
+        old = [{"k": key(i), "v": str(v - 1)}] if kind == "UPDATE" else None
+        return 0, None, _canal(kind, key_type, ts[0], [{"k": key(i), "v": str(v)}], old)
+
+    def watermark() -> tuple[int, None, bytes]:
+        return 0, None, _canal("TIDB_WATERMARK", key_type, ts[0], None)
+
+    expected = {key(i): 0 for i in range(1, 301)}
+    broker.produce_many(topic, [m for first in (1, 101, 201)
+                                for m in [*(change("INSERT", i, 0) for i in range(first, first + 100)), watermark()]])
+    source = {"bootstrap_servers": broker.bootstrap_servers, "topic": topic, "protocol": "canal-json",
+              "options": {"enable-tidb-extension": "true"}, "max_offsets_per_trigger": 101}  # a batch per 100 keys
+    cfg = _config(tmp_path, "job", source, "spark", sink={
+        "merge_key_range_rows": 1, "compaction": {"enabled": False},
+        "columnar_rows": 1 if path == "columnar" else 0})
+    assert run_job(cfg, once=True, spark=spark) == 3
+    table = next(p.parent for p in (tmp_path / "job" / "lake").rglob("_delta_log"))
+    commits = [[json.loads(line) for line in c.read_text().splitlines()]
+               for c in sorted((table / "_delta_log").glob("*.json"))]
+    merges = [c for c in commits if any(a.get("commitInfo", {}).get("operation") == "MERGE" for a in c)]
+    first = [a["add"]["path"] for a in merges[0] if "add" in a]  # the files of keys 1-100
+    assert first and set(first) <= set(pa.table(RsTable(str(table)).get_add_actions()).column("path").to_pylist())
+
+    later = [change("UPDATE", 150, 1), change("UPDATE", 250, 1), change("DELETE", 260, 0), change("INSERT", 301, 0)]
+    broker.produce_many(topic, [*later, watermark()])
+    expected.update({key(150): 1, key(250): 1, key(301): 0})
+    del expected[key(260)]
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for name in first:
+        os.rename(table / name, aside / name.replace("/", "_"))
+    try:
+        assert run_job(cfg, once=True, spark=spark) == 1
+    finally:
+        for name in first:
+            os.rename(aside / name.replace("/", "_"), table / name)
+    assert ("kr.items" in progress.lines[-1].get("columnar_tables", [])) == (path == "columnar"), progress.lines[-1]
+    got = _ConfiguredSink(cfg).read(TableIdent("kr", "items"))
+    assert dict(zip(map(str, got.column("k").to_pylist()), got.column("v").to_pylist())) == expected
+    _assert_each_txn_committed_once(tmp_path / "job" / "lake")
 
 
 def _assert_each_txn_committed_once(lake: Path) -> None:

@@ -630,6 +630,22 @@ class DeltaRsSink:
         except (DeltaError, pa.ArrowException, OSError) as exc:
             raise SinkError(f"cannot read the schema of {path}: {exc}") from exc
 
+    def table_rows(self, ident: TableIdent) -> int | None:
+        """The table's current number of rows by its files' statistics (no data is read; a file without
+        the statistic counts 0), or ``None`` when it does not exist.
+
+        Raises:
+            SinkError: the table cannot be read.
+        """
+        path = self._path(ident)
+        try:
+            dt = self._load(path)
+            if dt is None:
+                return None
+            return pc.sum(pa.table(dt.get_add_actions(flatten=False)).column("num_records")).as_py() or 0
+        except (DeltaError, pa.ArrowException, OSError) as exc:
+            raise SinkError(f"cannot read the file statistics of {path}: {exc}") from exc
+
     def read(self, ident: TableIdent) -> pa.Table:
         """The table's current rows (order not defined), via :func:`read_table`.
 

@@ -191,6 +191,14 @@ class SparkDeltaSink:
         """
         return self.base.table_schema(ident)
 
+    def table_rows(self, ident: TableIdent) -> int | None:
+        """See :meth:`DeltaRsSink.table_rows`.
+
+        Raises:
+            SinkError: the table cannot be read.
+        """
+        return self.base.table_rows(ident)
+
     def tables_in_schema(self, schema: str) -> list[TableIdent]:
         """See :meth:`DeltaRsSink.tables_in_schema`."""
         return self.base.tables_in_schema(schema)

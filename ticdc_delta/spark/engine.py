@@ -51,7 +51,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -112,8 +112,8 @@ _CONFLICTS = (
 
 MERGE_SOURCE_HOOK: Callable[[str, str], None] | None = None
 """A test hook, ``None`` in production: called with the target table's path and where the MERGE's source
-comes from (``"records"``: the record path's final changes, converted there; ``"columnar"``: the columnar
-path's, read through a pass that only calls the hook) on the executors that read a MERGE's source rows,
+comes from (``"records"``: the record path's final changes; ``"columnar"``: the columnar path's), in a pass
+that only calls the hook, on the executors that read a MERGE's source rows,
 that is after the MERGE has read its snapshot of the target and before it commits. A commit another writer
 makes there conflicts with the MERGE every time (the conflict tests). Must be picklable (it travels to
 the executors in the source's closure)."""
@@ -286,15 +286,11 @@ def _picker(names: tuple[str, ...], wanted: list[str]) -> Callable[[tuple], tupl
 
 
 def _typed_fn(fields: list[tuple[str, str, int, int, Any]], meta: tuple[str, str] | None, upserts: bool,
-              tz: str, arrow_schema: pa.Schema,
-              on_read: Callable[[], None] | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+              tz: str, arrow_schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Final changes (pickled) → the target table's typed columns plus ``_op`` (the ``delta-rs`` applier's
-    conversion: :func:`~ticdc_delta.delta.arrow_types.converter_for` per column). ``on_read``: see
-    :data:`MERGE_SOURCE_HOOK`."""
+    conversion: :func:`~ticdc_delta.delta.arrow_types.converter_for` per column)."""
 
     def convert(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        if on_read is not None:
-            on_read()
         converters = [(name, converter_for(t, f, params, tz), arrow_type_for(t, f, params))
                       for _, name, t, f, params in fields]
         wanted = [name for name, _, _ in converters]
@@ -485,6 +481,38 @@ def _spark_schema(arrow: pa.Schema) -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(arrow, prefer_timestamp_ntz=True)
+
+
+_RANGE_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "string"})
+"""The key column types (Spark's names) :func:`_key_range` bounds: compared as Delta's file statistics
+order them, and never widened by the comparison (a cast of the target column would keep Delta from
+skipping)."""
+
+
+def _key_range(source: Any, keys: Sequence[str]) -> list[Any]:
+    """Conditions on the target alone for a MERGE: ``t.k >= least`` and ``t.k <= greatest`` of each key
+    column ``k`` of :data:`_RANGE_TYPES` whose values in ``source`` (the MERGE's source, its key columns
+    named as the target's) are all non-null (``<=>`` matches a null key, a range would not). They change no
+    match — every source key lies within them — and Delta skips the target files whose statistics lie
+    outside them instead of reading every file for matches. One Spark job over ``source``; ``[]`` when it
+    is empty or no key column qualifies."""
+    from pyspark.sql import functions as F
+
+    types = {f.name: f.dataType for f in source.schema}
+    usable = [k for k in keys if k in types and types[k].simpleString() in _RANGE_TYPES]
+    if not usable:
+        return []
+    aggs = [F.count(F.lit(1)).alias("n")]
+    for i, k in enumerate(usable):
+        col = F.col(_quote(k))
+        aggs += [F.min(col).alias(f"lo{i}"), F.max(col).alias(f"hi{i}"), F.count(col).alias(f"n{i}")]
+    row = source.agg(*aggs).collect()[0]
+    out = []
+    for i, k in enumerate(usable):
+        if row["n"] and row[f"n{i}"] == row["n"]:
+            target = F.col(f"t.{_quote(k)}")
+            out += [target >= F.lit(row[f"lo{i}"]).cast(types[k]), target <= F.lit(row[f"hi{i}"]).cast(types[k])]
+    return out
 
 
 def _calling(on_read: Callable[[], None]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -1130,11 +1158,13 @@ class SparkEngine:
             view, typed = meta["columnar"]
             at = {c[0]: i for i, c in enumerate(typed.columns)}
             columnar = (view, [(at[src], f.name, f.type) for (src, _, _, _, _), f in zip(fields, arrow_fields)])
+        least = self.cfg.sink.merge_key_range_rows
         return {
             "ident": ident, "seg": seg, "path": applier.sink.table_path(schema, table),
             "fields": [(src, src, t, f, p) for src, _, t, f, p in fields], "arrow": pa.schema(arrow_fields),
             "keys": [have.get(k.lower(), k) for k in keys], "upserts": upserts, "meta": mc,
             "txn": applier.next_txn(ident, batch_id), "columnar": columnar,
+            "key_range": least > 0 and (applier.sink.table_rows(ident) or 0) >= least,
         }
 
     def _merge_all(self, spark: Any, view: str | None, tasks: list[dict], merged: list[bool], batch_id: int) -> None:
@@ -1188,22 +1218,22 @@ class SparkEngine:
         hook = MERGE_SOURCE_HOOK
         on_read = None if hook is None else functools.partial(
             hook, task["path"], "records" if task["columnar"] is None else "columnar")
-        if task["columnar"] is not None:  # the columnar path's final changes, typed and kept already
+        # the columnar path's final changes are typed and kept already; the record path's are converted here
+        converted = task["columnar"] is None
+        if not converted:
             final_view, targets = task["columnar"]
             source = merge_source(session.table(f"global_temp.{final_view}"), targets,
                                   task["meta"] if task["upserts"] else None)
-            if on_read is not None:
-                source = source.mapInArrow(_calling(on_read), source.schema)
         else:
             source = (session.table(f"global_temp.{view}")
                       .filter((F.col("kind") == "change") & (F.col("schema") == ident.schema)
                               & (F.col("table") == ident.table) & (F.col("seg") == task["seg"]))
                       .select("payload")
                       .mapInArrow(_typed_fn(task["fields"], task["meta"], task["upserts"],
-                                            self.cfg.sink.source_timezone, arrow, on_read),
+                                            self.cfg.sink.source_timezone, arrow),
                                   from_arrow_schema(arrow, prefer_timestamp_ntz=True)))
         columns = [f.name for f in arrow if f.name != OP_COLUMN]
-        cond = " AND ".join(f"t.{_quote(k)} <=> s.{_quote(k)}" for k in task["keys"])
+        cond = F.expr(" AND ".join(f"t.{_quote(k)} <=> s.{_quote(k)}" for k in task["keys"]))
         op = f"s.{_quote(OP_COLUMN)}"
         assign = {_quote(c): f"s.{_quote(c)}" for c in columns}
         txn: Txn = task["txn"]
@@ -1215,13 +1245,14 @@ class SparkEngine:
             if ours:
                 session.conf.set(MATERIALIZE_SOURCE_CONF, "none")
             # Delta reads a MERGE's source twice (the files it touches, then the rows it writes): the
-            # converted rows are kept after the first read instead of converted again (per attempt, so a
-            # retried MERGE converts them after its new snapshot of the target, as the hook expects); the
-            # columnar path's final changes are kept already
-            converted = task["columnar"] is None
+            # converted rows are kept after the first read instead of converted again
             cached = source.persist(StorageLevel.MEMORY_AND_DISK) if converted else source
             try:
-                (DeltaTable.forPath(session, task["path"]).alias("t").merge(cached.alias("s"), cond)
+                narrowed = cond
+                if task["key_range"]:
+                    narrowed = functools.reduce(lambda a, b: a & b, _key_range(cached, task["keys"]), cond)
+                read = cached if on_read is None else cached.mapInArrow(_calling(on_read), cached.schema)
+                (DeltaTable.forPath(session, task["path"]).alias("t").merge(read.alias("s"), narrowed)
                  .whenMatchedDelete(f"{op} = '{OP_DELETE}'")
                  .whenMatchedUpdate(f"{op} = '{OP_UPSERT}'", assign)
                  .whenNotMatchedInsert(f"{op} = '{OP_UPSERT}'", assign)
