@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 JARS   := .jars
 JARS_STAMP := $(JARS)/.fetched-stamp
 
-.PHONY: install mariadb demo test test-spark test-fast bench bench-decode bench-e2e bench-cores bench-latency bench-tables bench-heap soak clean
+.PHONY: install mariadb demo test test-spark test-fast bench bench-decode bench-e2e bench-cores bench-latency bench-tables bench-heap bench-bigtable soak clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -78,6 +78,10 @@ bench-tables: $(STAMP) $(JARS_STAMP)
 ## the driver's memory (JVM live heap and sessions, Python RSS) over ~100 small micro-batches, per engine
 bench-heap: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python -m ticdc_delta.bench heap
+
+## MERGEs into a 10M-row table with and without the key range (sink.merge_key_range_rows)
+bench-bigtable: $(STAMP) $(JARS_STAMP)
+	$(BIN)/python -m ticdc_delta.bench bigtable
 
 ## long crash/restart soak (SIGKILL at random moments until done)
 soak: $(STAMP) $(JARS_STAMP)

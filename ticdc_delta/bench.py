@@ -24,6 +24,10 @@ the time from a resolved ts being produced to its rows being visible under a ste
 in one query, per engine: the JVM's live heap and sessions, the Python driver's RSS
 (:mod:`ticdc_delta.bench_heap`). Not part of ``all``: ``make bench-heap``.
 
+``python -m ticdc_delta.bench bigtable`` — the spark engine's MERGEs into a big table (10M rows) with and
+without the key range of ``sink.merge_key_range_rows`` (:mod:`ticdc_delta.bench_bigtable`). Not part of
+``all``: ``make bench-bigtable``.
+
 ``python -m ticdc_delta.bench tables`` — the spark engine with many tables per micro-batch (small ones and
 a busy one): batch and MERGE seconds per ``sink.merge_threads`` value, under Spark's ``FIFO`` and ``FAIR``
 scheduler modes (one subprocess each) (:mod:`ticdc_delta.bench_tables`).
@@ -205,6 +209,13 @@ def _cmd_tables(args: argparse.Namespace) -> int:
                       rounds=args.rounds, threads=args.threads, partitions=args.partitions)
 
 
+def _cmd_bigtable(args: argparse.Namespace) -> int:
+    from .bench_bigtable import run_bigtable
+
+    return run_bigtable(rows=args.rows, files=args.files, changes=args.changes, rounds=args.rounds,
+                        partitions=args.partitions)
+
+
 def _cmd_heap(args: argparse.Namespace) -> int:
     from .bench_heap import main_child, run_heap
 
@@ -269,6 +280,13 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--partitions", type=int, default=4)
     t.add_argument("--summary-json", default=None, help=argparse.SUPPRESS)
     t.set_defaults(func=_cmd_tables)
+    bt = sub.add_parser("bigtable", help="spark engine MERGEs into a big table, with and without the key range")
+    bt.add_argument("--rows", type=int, default=10_000_000, help="rows loaded into the table before the rounds")
+    bt.add_argument("--files", type=int, default=40, help="files the loaded rows are written in (key order)")
+    bt.add_argument("--changes", type=int, nargs="+", default=[1, 2000], help="changes per batch, per round")
+    bt.add_argument("--rounds", type=int, default=3)
+    bt.add_argument("--partitions", type=int, default=1)
+    bt.set_defaults(func=_cmd_bigtable)
     hp = sub.add_parser("heap", help="the driver's memory over many small micro-batches of several tables")
     hp.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     hp.add_argument("--tables", type=int, default=4)

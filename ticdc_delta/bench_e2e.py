@@ -85,10 +85,11 @@ class CanalStream:
         ts: the first commit ts (TSO); ``None`` takes commit ts from the clock (``now << 18``, strictly
             increasing), as a live TiDB cluster would.
         table: the table's name (schema ``bench``).
+        first_id: the key of the first insert.
     """
 
     def __init__(self, partitions: int, *, seed: int = 1, ts: int | None = 446_000_000_000_000_000,
-                 table: str = "orders") -> None:
+                 table: str = "orders", first_id: int = 0) -> None:
         import random
 
         self.partitions = partitions
@@ -99,7 +100,7 @@ class CanalStream:
         self._rnd = random.Random(seed)
         self._versions: dict[int, int] = {}
         self._keys: list[int] = []
-        self._next_id = 0
+        self._next_id = first_id
         self._base = {"id": 0, "database": "bench", "table": table, "pkNames": ["id"], "isDdl": False,
                       "es": 0, "ts": 0, "sql": "", "sqlType": _SQL, "mysqlType": _MYSQL}
 

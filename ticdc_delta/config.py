@@ -578,7 +578,7 @@ class SinkConfig(_Model):
     # spark engine: a MERGE into a table of this many rows or more (its files' statistics) matches only
     # target rows within its source's key range (min-max per key column), so Delta skips the files outside
     # it; 0: never
-    merge_key_range_rows: Annotated[int, Field(ge=0)] = 1_000_000
+    merge_key_range_rows: Annotated[int, Field(ge=0)] = 2_000_000
     # spark engine: retries of a MERGE/append that lost to another writer before exit 75
     conflict_retries: Annotated[int, Field(ge=0, le=100)] = 5
     # spark engine: MODIFY COLUMN widens in place with Delta type widening (tables get the typeWidening

@@ -1,9 +1,10 @@
-"""The spark engine's conflict handling (no JVM: the retry loop around a commit attempt)."""
+"""The spark engine's conflict handling (no JVM: the retry loop around a commit attempt) and its MERGE's key range."""
 
 from __future__ import annotations
 
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,3 +104,26 @@ def test_picker_takes_values_by_name_as_a_dict_of_the_image_would() -> None:
     assert _picker(("a",), ["a", "z"])((1,)) == (1, None)
     assert _picker(("a",), ["z"])((1,)) == (None,)
     assert _picker((), [])(()) == ()
+
+
+@pytest.mark.integration
+def test_the_key_range_bounds_each_integer_or_string_key_column_without_nulls(spark: Any) -> None:
+    """``_key_range``: per key column of an integer or string type without a null in the source, the
+    source's least and greatest key as conditions on the target (alias ``t``); a null (which ``<=>`` matches)
+    or another type leaves its column unbounded, an empty source bounds nothing."""
+    import functools
+
+    from pyspark.sql import functions as F
+
+    from ticdc_delta.spark.engine import _key_range
+
+    source = spark.createDataFrame([(5, "kb", None, 1.5), (9, "ka", 1, 2.5), (7, "kc", 2, 0.5)],
+                                   "id long, `a name` string, n int, f double")
+    conds = _key_range(source, ["id", "a name", "n", "f"])
+    assert len(conds) == 4  # id and "a name": n holds a null, f is a double
+    target = spark.range(0, 12).select("id", F.concat(F.lit("k"), F.expr("char(97 + id % 4)")).alias("a name"),
+                                       F.lit(None).cast("int").alias("n"), F.lit(0.0).alias("f")).alias("t")
+    kept = target.where(functools.reduce(lambda a, b: a & b, conds)).select("id").collect()
+    assert sorted(r["id"] for r in kept) == [5, 6, 8, 9]  # ids 5-9 whose names lie in ka-kc (7's is kd)
+    assert _key_range(source.limit(0), ["id"]) == []
+    assert _key_range(source, ["f", "missing"]) == []

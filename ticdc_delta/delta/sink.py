@@ -70,6 +70,7 @@ __all__ = [
     "SCHEMA_TXN_SUFFIX",
     "STEPS_PER_BATCH",
     "TableIdent",
+    "TableFacts",
     "Txn",
     "MergeStats",
     "TableSink",
@@ -113,6 +114,13 @@ class TableIdent(NamedTuple):
 
     schema: str
     table: str
+
+
+class TableFacts(NamedTuple):
+    """What a table's log tells of its current version: its Arrow schema and its rows (``None``: not asked)."""
+
+    schema: pa.Schema
+    rows: int | None
 
 
 class Txn(NamedTuple):
@@ -623,16 +631,23 @@ class DeltaRsSink:
         Raises:
             SinkError: the table cannot be read.
         """
-        path = self._path(ident)
-        try:
-            dt = self._load(path)
-            return None if dt is None else _arrow_schema(dt)
-        except (DeltaError, pa.ArrowException, OSError) as exc:
-            raise SinkError(f"cannot read the schema of {path}: {exc}") from exc
+        facts = self.table_facts(ident, rows=False)
+        return None if facts is None else facts.schema
 
     def table_rows(self, ident: TableIdent) -> int | None:
-        """The table's current number of rows by its files' statistics (no data is read; a file without
-        the statistic counts 0), or ``None`` when it does not exist.
+        """The table's current number of rows by its files' statistics, or ``None`` when it does not exist
+        (:meth:`table_facts`).
+
+        Raises:
+            SinkError: the table cannot be read.
+        """
+        facts = self.table_facts(ident)
+        return None if facts is None else facts.rows
+
+    def table_facts(self, ident: TableIdent, *, rows: bool = True) -> TableFacts | None:
+        """The table's current schema and, with ``rows``, its number of rows by its files' statistics (no
+        data is read; a file without the statistic counts 0), from one read of its log; ``None`` when it
+        does not exist.
 
         Raises:
             SinkError: the table cannot be read.
@@ -642,9 +657,12 @@ class DeltaRsSink:
             dt = self._load(path)
             if dt is None:
                 return None
-            return pc.sum(pa.table(dt.get_add_actions(flatten=False)).column("num_records")).as_py() or 0
+            count = None
+            if rows:
+                count = pc.sum(pa.table(dt.get_add_actions(flatten=False)).column("num_records")).as_py() or 0
+            return TableFacts(_arrow_schema(dt), count)
         except (DeltaError, pa.ArrowException, OSError) as exc:
-            raise SinkError(f"cannot read the file statistics of {path}: {exc}") from exc
+            raise SinkError(f"cannot read the log of {path}: {exc}") from exc
 
     def read(self, ident: TableIdent) -> pa.Table:
         """The table's current rows (order not defined), via :func:`read_table`.

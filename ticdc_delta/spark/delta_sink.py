@@ -172,6 +172,7 @@ class SparkDeltaSink:
         self.type_widening = type_widening
         self.column_mapping = column_mapping
         self._retry = retry or (lambda what, attempt: attempt())
+        self._rows: dict[TableIdent, int | None] = {}  # table_schema's row count, for table_rows
 
     # --- delegated: locations, reads, file operations ---------------------------------------------------
 
@@ -185,18 +186,25 @@ class SparkDeltaSink:
 
     def table_schema(self, ident: TableIdent) -> pa.Schema | None:
         """See :meth:`DeltaRsSink.table_schema` (delta-rs reads the log of every table this sink writes).
+        The number of rows of the version read is kept for :meth:`table_rows`.
 
         Raises:
             SinkError: the table cannot be read.
         """
-        return self.base.table_schema(ident)
+        facts = self.base.table_facts(ident)
+        self._rows[ident] = None if facts is None else facts.rows
+        return None if facts is None else facts.schema
 
     def table_rows(self, ident: TableIdent) -> int | None:
-        """See :meth:`DeltaRsSink.table_rows`.
+        """See :meth:`DeltaRsSink.table_rows`: of the version :meth:`table_schema` read last (taken once: the
+        engine asks right after the schema work before a MERGE, without a second read of the log), else
+        read now.
 
         Raises:
             SinkError: the table cannot be read.
         """
+        if ident in self._rows:
+            return self._rows.pop(ident)
         return self.base.table_rows(ident)
 
     def tables_in_schema(self, schema: str) -> list[TableIdent]:
