@@ -32,6 +32,9 @@ from ticdc_delta.bench_latency import percentile
                             "every": 20, "summary_json": None}),
         (["heap", "--engines", "spark", "--per-batch", "30", "--every", "10"], "heap",
          {"engines": ["spark"], "per_batch": 30, "every": 10}),
+        (["bigtable"], "bigtable", {"rows": 10_000_000, "files": 40, "changes": [1, 2000], "rounds": 3,
+                                    "partitions": 1}),
+        (["bigtable", "--rows", "1000", "--changes", "5"], "bigtable", {"rows": 1000, "changes": [5]}),
     ],
 )
 def test_bench_cli_parses(argv: list[str], command: str, expected: dict[str, Any],
@@ -100,6 +103,23 @@ def test_bench_tables_refuses_an_unknown_scheduler_and_empty_rounds() -> None:
 def test_a_named_stream_writes_its_table() -> None:
     _, msg = CanalStream(2, table="t7").change()
     assert b'"table":"t7"' in msg and b'"database":"bench"' in msg
+
+
+def test_a_stream_starts_its_keys_where_asked() -> None:
+    stream = CanalStream(1, first_id=1000)
+    _, first = stream.change()
+    assert b'"id":"1000"' in first
+    for _ in range(150):
+        stream.change()
+    assert min(stream.live) >= 1000
+
+
+def test_bench_bigtable_refuses_empty_rounds_and_changes() -> None:
+    from ticdc_delta.bench_bigtable import run_bigtable
+
+    for bad in ({"rounds": 0}, {"changes": []}, {"changes": [0]}, {"files": 0}, {"rows": -1}):
+        with pytest.raises(ValueError, match="at least"):
+            run_bigtable(**bad)
 
 
 def test_bench_heap_growth_is_per_100_batches_from_the_second_sample() -> None:
