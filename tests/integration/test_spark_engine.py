@@ -242,6 +242,7 @@ def test_a_merge_into_a_big_table_reads_only_the_files_of_its_key_range(
         for name in first:
             os.rename(aside / name.replace("/", "_"), table / name)
     assert ("kr.items" in progress.lines[-1].get("columnar_tables", [])) == (path == "columnar"), progress.lines[-1]
+    assert progress.lines[-1]["key_range_tables"] == ["kr.items"]
     got = _ConfiguredSink(cfg).read(TableIdent("kr", "items"))
     assert dict(zip(map(str, got.column("k").to_pylist()), got.column("v").to_pylist())) == expected
     _assert_each_txn_committed_once(tmp_path / "job" / "lake")

@@ -556,11 +556,11 @@ class BatchHandler:
     def _progress(self, batch_id: int, offsets: dict, counts: dict, plan: Any, result: ApplyResult,
                   dead: int, seconds: float, timings: dict[str, float], *, values: int = 0,
                   implausible: int | None = None, split: dict[str, int] | None = None,
-                  columnar: list[str] | None = None) -> None:
+                  columnar: list[str] | None = None, key_range: list[str] | None = None) -> None:
         """The progress line of a batch. ``implausible``: the events the ts guard refused, when ``plan`` does
         not list them (the spark engine keeps its rows' rejections on the executors); ``split``: the tables
-        whose rules ran in key buckets, and how many; ``columnar``: the tables that took the columnar path
-        (the spark engine)."""
+        whose rules ran in key buckets, and how many; ``columnar``: the tables that took the columnar path;
+        ``key_range``: the tables whose MERGE was bounded to its key range (both the spark engine)."""
         wms = [w for w in plan.topic_watermarks.values() if w is not None]
         low = min(wms) if wms else None
         lag = None if low is None else round(time.time() - tso_physical_ms(low) / 1000.0, 3)
@@ -586,6 +586,8 @@ class BatchHandler:
             line["split_tables"] = split
         if columnar:
             line["columnar_tables"] = columnar
+        if key_range:
+            line["key_range_tables"] = key_range
         progress_log.info(json.dumps(line, sort_keys=False))
 
 

@@ -552,6 +552,7 @@ class SparkEngine:
         self._warming: threading.Thread | None = None  # _warm_snapshots' thread, joined before the next MERGE
         self._warm_session: Any = None
         self._staging_tuned = False  # the staging table has STAGING_PROPERTIES (_tune_staging)
+        self._bounded: set[str] = set()  # the tables whose MERGE of this batch took its key range (_merge)
 
     def close(self) -> None:
         """Wait for the snapshot warm-up of the last batch (:meth:`_warm_snapshots`) to end: nothing of
@@ -675,6 +676,7 @@ class SparkEngine:
         from pyspark import StorageLevel
 
         h, cfg = self.h, self.cfg
+        self._bounded = set()
         spark = cache_in_session(batch_df.sparkSession)  # the stream's session: this batch persists frames
         spec = h._decoder_spec()
         names = functools.partial(fold_name, case_sensitive=cfg.case_sensitive)
@@ -895,7 +897,8 @@ class SparkEngine:
             h._progress(batch_id, offsets, counts, progress, result, counts["error"] + n_values,
                         time.monotonic() - started, timings, values=n_values, implausible=implausible,
                         split={f"{schema}.{table}": n for (schema, table), n in sorted(split.items())},
-                        columnar=[f"{schema}.{table}" for schema, table in sorted(columnar)])
+                        columnar=[f"{schema}.{table}" for schema, table in sorted(columnar)],
+                        key_range=sorted(self._bounded))
             self._warm_snapshots(spark, [applier.sink.table_path(t.schema, t.table) for t in applier.written_tables]
                                  + ([self.staging] if rows_held else []))
         finally:
@@ -1248,9 +1251,10 @@ class SparkEngine:
             # converted rows are kept after the first read instead of converted again
             cached = source.persist(StorageLevel.MEMORY_AND_DISK) if converted else source
             try:
-                narrowed = cond
-                if task["key_range"]:
-                    narrowed = functools.reduce(lambda a, b: a & b, _key_range(cached, task["keys"]), cond)
+                bounds = _key_range(cached, task["keys"]) if task["key_range"] else []
+                narrowed = functools.reduce(lambda a, b: a & b, bounds, cond)
+                if bounds:
+                    self._bounded.add(f"{ident.schema}.{ident.table}")  # (a set: the threads' adds are atomic)
                 read = cached if on_read is None else cached.mapInArrow(_calling(on_read), cached.schema)
                 (DeltaTable.forPath(session, task["path"]).alias("t").merge(read.alias("s"), narrowed)
                  .whenMatchedDelete(f"{op} = '{OP_DELETE}'")
