@@ -172,37 +172,38 @@ def test_the_staging_table_keeps_no_column_statistics(broker: Any, spark: Any, t
 
 def _canal(kind: str, key_type: str, ts: int, rows: list[dict[str, str]] | None,
            old: list[dict[str, str]] | None = None) -> bytes:
-    """A canal-json message (TiDB extension) of table ``kr.items`` (``k`` of ``key_type``, the key; ``v`` int),
-    or a ``TIDB_WATERMARK`` when ``kind`` is that."""
+    """A canal-json message (TiDB extension) of table ``kr.items`` (``k`` a BIGINT of MySQL type ``key_type``,
+    the key; ``v`` int), or a ``TIDB_WATERMARK`` when ``kind`` is that."""
     if kind == "TIDB_WATERMARK":
         return json.dumps({"id": 0, "database": "", "table": "", "pkNames": None, "isDdl": False, "type": kind,
                            "es": ts >> 18, "ts": ts >> 18, "sql": "", "sqlType": None, "mysqlType": None,
                            "data": None, "old": None, "_tidb": {"watermarkTs": ts}}).encode()
     return json.dumps({"id": 0, "database": "kr", "table": "items", "pkNames": ["k"], "isDdl": False, "type": kind,
-                       "es": ts >> 18, "ts": ts >> 18, "sql": "", "sqlType": {"k": -5 if key_type == "bigint" else 12, "v": 4},
+                       "es": ts >> 18, "ts": ts >> 18, "sql": "", "sqlType": {"k": -5, "v": 4},
                        "mysqlType": {"k": key_type, "v": "int"}, "data": rows, "old": old,
                        "_tidb": {"commitTs": ts}}).encode()
 
 
-@pytest.mark.parametrize(("key_type", "path"), [("bigint", "records"), ("varchar", "columnar")])
+@pytest.mark.parametrize(("key_type", "path"), [("bigint", "records"), ("bigint unsigned", "columnar")])
 def test_a_merge_into_a_big_table_reads_only_the_files_of_its_key_range(
         key_type: str, path: str, broker: Any, spark: Any, tmp_path: Path, unique_name: Any, progress: Any) -> None:
     """Once a target table has ``sink.merge_key_range_rows`` rows, its MERGE's condition carries the source's key
     range, and Delta skips the files outside it instead of reading every file for matches. Three batches
     insert keys 1–100, 101–200 and 201–300 (files of their own); the first batch's files are then moved
     away, and a batch that changes keys 150–301 must not read them: the MERGE succeeds (without the range
-    it fails on the missing files) and, the files back, the table holds exactly the expected rows."""
+    it fails on the missing files) and, the files back, the table holds exactly the expected rows. A BIGINT
+    UNSIGNED key is a ``decimal(20,0)`` column, bounded as well."""
     import pyarrow as pa
     from deltalake import DeltaTable as RsTable
 
     from ticdc_delta.delta.sink import TableIdent
 
-    topic = unique_name(f"key-range-{key_type}")
+    topic = unique_name(f"key-range-{key_type.replace(' ', '-')}")
     broker.create_topic(topic, partitions=1)
     ts = [446_000_000_000_000_000]
 
     def key(i: int) -> str:
-        return str(i) if key_type == "bigint" else f"k{i:05d}"
+        return str(i if key_type == "bigint" else 18446744073709550000 + i)  # (unsigned: past 2**63)
 
     def change(kind: str, i: int, v: int) -> tuple[int, None, bytes]:
         ts[0] += 1 << 18
@@ -244,6 +245,7 @@ def test_a_merge_into_a_big_table_reads_only_the_files_of_its_key_range(
     assert ("kr.items" in progress.lines[-1].get("columnar_tables", [])) == (path == "columnar"), progress.lines[-1]
     assert progress.lines[-1]["key_range_tables"] == ["kr.items"]
     got = _ConfiguredSink(cfg).read(TableIdent("kr", "items"))
+    assert got.schema.field("k").type == (pa.int64() if key_type == "bigint" else pa.decimal128(20, 0))
     assert dict(zip(map(str, got.column("k").to_pylist()), got.column("v").to_pylist())) == expected
     _assert_each_txn_committed_once(tmp_path / "job" / "lake")
 

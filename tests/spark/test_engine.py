@@ -107,23 +107,28 @@ def test_picker_takes_values_by_name_as_a_dict_of_the_image_would() -> None:
 
 
 @pytest.mark.integration
-def test_the_key_range_bounds_each_integer_or_string_key_column_without_nulls(spark: Any) -> None:
-    """``_key_range``: per key column of an integer or string type without a null in the source, the
-    source's least and greatest key as conditions on the target (alias ``t``); a null (which ``<=>`` matches)
-    or another type leaves its column unbounded, an empty source bounds nothing."""
+def test_the_key_range_bounds_each_integer_decimal_or_string_key_column_without_nulls(spark: Any) -> None:
+    """``_key_range``: per key column of an integer, decimal or string type without a null in the source,
+    the source's least and greatest key as conditions on the target (alias ``t``); a null (which ``<=>``
+    matches) or another type leaves its column unbounded, an empty source bounds nothing."""
     import functools
+    from decimal import Decimal
 
     from pyspark.sql import functions as F
 
     from ticdc_delta.spark.engine import _key_range
 
-    source = spark.createDataFrame([(5, "kb", None, 1.5), (9, "ka", 1, 2.5), (7, "kc", 2, 0.5)],
-                                   "id long, `a name` string, n int, f double")
-    conds = _key_range(source, ["id", "a name", "n", "f"])
-    assert len(conds) == 4  # id and "a name": n holds a null, f is a double
+    big = 18446744073709551000  # BIGINT UNSIGNED: decimal(20,0)
+    source = spark.createDataFrame([(5, "kb", None, 1.5, Decimal(big + 1)), (9, "ka", 1, 2.5, Decimal(big + 3)),
+                                    (7, "kc", 2, 0.5, Decimal(big + 2))],
+                                   "id long, `a name` string, n int, f double, u decimal(20,0)")
+    conds = _key_range(source, ["id", "a name", "n", "f", "u"])
+    assert len(conds) == 6  # id, "a name" and u: n holds a null, f is a double
     target = spark.range(0, 12).select("id", F.concat(F.lit("k"), F.expr("char(97 + id % 4)")).alias("a name"),
-                                       F.lit(None).cast("int").alias("n"), F.lit(0.0).alias("f")).alias("t")
+                                       F.lit(None).cast("int").alias("n"), F.lit(0.0).alias("f"),
+                                       (F.lit(Decimal(big)).cast("decimal(20,0)") + F.col("id") % 5).cast("decimal(20,0)").alias("u")).alias("t")
     kept = target.where(functools.reduce(lambda a, b: a & b, conds)).select("id").collect()
-    assert sorted(r["id"] for r in kept) == [5, 6, 8, 9]  # ids 5-9 whose names lie in ka-kc (7's is kd)
+    # ids 5-9 whose names lie in ka-kc (7's is kd) and whose u lies in big+1 .. big+3 (5's is big+0)
+    assert sorted(r["id"] for r in kept) == [6, 8]
     assert _key_range(source.limit(0), ["id"]) == []
     assert _key_range(source, ["f", "missing"]) == []

@@ -483,23 +483,19 @@ def _spark_schema(arrow: pa.Schema) -> Any:
     return from_arrow_schema(arrow, prefer_timestamp_ntz=True)
 
 
-_RANGE_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "string"})
-"""The key column types (Spark's names) :func:`_key_range` bounds: compared as Delta's file statistics
-order them, and never widened by the comparison (a cast of the target column would keep Delta from
-skipping)."""
-
-
 def _key_range(source: Any, keys: Sequence[str]) -> list[Any]:
     """Conditions on the target alone for a MERGE: ``t.k >= least`` and ``t.k <= greatest`` of each key
-    column ``k`` of :data:`_RANGE_TYPES` whose values in ``source`` (the MERGE's source, its key columns
-    named as the target's) are all non-null (``<=>`` matches a null key, a range would not). They change no
-    match — every source key lies within them — and Delta skips the target files whose statistics lie
-    outside them instead of reading every file for matches. One Spark job over ``source``; ``[]`` when it
-    is empty or no key column qualifies."""
+    column ``k`` of an integer, decimal (BIGINT UNSIGNED) or string type whose values in ``source`` (the
+    MERGE's source, its key columns named and typed as the target's) are all non-null (``<=>`` matches a
+    null key, a range would not). They change no match — every source key lies within them — and Delta
+    skips the target files whose statistics lie outside them instead of reading every file for matches.
+    The bounds are literals of the column's own type (a cast of the target column would keep Delta from
+    skipping). One Spark job over ``source``; ``[]`` when it is empty or no key column qualifies."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import DecimalType, IntegralType, StringType
 
     types = {f.name: f.dataType for f in source.schema}
-    usable = [k for k in keys if k in types and types[k].simpleString() in _RANGE_TYPES]
+    usable = [k for k in keys if isinstance(types.get(k), (IntegralType, DecimalType, StringType))]
     if not usable:
         return []
     aggs = [F.count(F.lit(1)).alias("n")]
