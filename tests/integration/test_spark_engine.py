@@ -170,20 +170,6 @@ def test_the_staging_table_keeps_no_column_statistics(broker: Any, spark: Any, t
     assert "minValues" in column_stats()  # (the one append before the property came back)
 
 
-def _canal(kind: str, key_type: str, ts: int, rows: list[dict[str, str]] | None,
-           old: list[dict[str, str]] | None = None) -> bytes:
-    """A canal-json message (TiDB extension) of table ``kr.items`` (``k`` a BIGINT of MySQL type ``key_type``,
-    the key; ``v`` int), or a ``TIDB_WATERMARK`` when ``kind`` is that."""
-    if kind == "TIDB_WATERMARK":
-        return json.dumps({"id": 0, "database": "", "table": "", "pkNames": None, "isDdl": False, "type": kind,
-                           "es": ts >> 18, "ts": ts >> 18, "sql": "", "sqlType": None, "mysqlType": None,
-                           "data": None, "old": None, "_tidb": {"watermarkTs": ts}}).encode()
-    return json.dumps({"id": 0, "database": "kr", "table": "items", "pkNames": ["k"], "isDdl": False, "type": kind,
-                       "es": ts >> 18, "ts": ts >> 18, "sql": "", "sqlType": {"k": -5, "v": 4},
-                       "mysqlType": {"k": key_type, "v": "int"}, "data": rows, "old": old,
-                       "_tidb": {"commitTs": ts}}).encode()
-
-
 @pytest.mark.parametrize(("key_type", "path"), [("bigint", "records"), ("bigint unsigned", "columnar")])
 def test_a_merge_into_a_big_table_reads_only_the_files_of_its_key_range(
         key_type: str, path: str, broker: Any, spark: Any, tmp_path: Path, unique_name: Any, progress: Any) -> None:
@@ -196,26 +182,34 @@ def test_a_merge_into_a_big_table_reads_only_the_files_of_its_key_range(
     import pyarrow as pa
     from deltalake import DeltaTable as RsTable
 
+    from ticdc_delta.codec import encoder_for
+    from ticdc_delta.codec.model import Column, ColumnFlag, Op, ResolvedEvent, RowChange, TypeCode
     from ticdc_delta.delta.sink import TableIdent
 
     topic = unique_name(f"key-range-{key_type.replace(' ', '-')}")
     broker.create_topic(topic, partitions=1)
     ts = [446_000_000_000_000_000]
+    unsigned = key_type == "bigint unsigned"
+    key_flags = ColumnFlag.HANDLE_KEY | ColumnFlag.PRIMARY_KEY | (ColumnFlag.UNSIGNED if unsigned else ColumnFlag.NONE)
+    encode = encoder_for("canal-json", {"enable-tidb-extension": "true"}).encode
 
-    def key(i: int) -> str:
-        return str(i if key_type == "bigint" else 18446744073709550000 + i)  # (unsigned: past 2**63)
+    def key(i: int) -> int:
+        return 18446744073709550000 + i if unsigned else i  # (unsigned: past 2**63)
 
-    def change(kind: str, i: int, v: int) -> tuple[int, None, bytes]:
+    def image(i: int, v: int) -> tuple[Column, ...]:  # table kr.items: k BIGINT (the key), v INT
+        return Column("k", TypeCode.BIGINT, key_flags, key(i)), Column("v", TypeCode.INT, ColumnFlag.NONE, v)
+
+    def change(op: str, i: int, v: int) -> RowChange:
         ts[0] += 1 << 18
-        old = [{"k": key(i), "v": str(v - 1)}] if kind == "UPDATE" else None
-        return 0, None, _canal(kind, key_type, ts[0], [{"k": key(i), "v": str(v)}], old)
+        old = image(i, v - 1) if op == Op.UPDATE else image(i, v) if op == Op.DELETE else None
+        return RowChange(ts[0], "kr", "items", op, None if op == Op.DELETE else image(i, v), old)
 
-    def watermark() -> tuple[int, None, bytes]:
-        return 0, None, _canal("TIDB_WATERMARK", key_type, ts[0], None)
+    def produce(changes: list[RowChange]) -> None:  # then a watermark past them
+        broker.produce_many(topic, [(0, m.key, m.value) for m in encode([*changes, ResolvedEvent(ts[0])])])
 
     expected = {key(i): 0 for i in range(1, 301)}
-    broker.produce_many(topic, [m for first in (1, 101, 201)
-                                for m in [*(change("INSERT", i, 0) for i in range(first, first + 100)), watermark()]])
+    for first in (1, 101, 201):
+        produce([change(Op.INSERT, i, 0) for i in range(first, first + 100)])
     source = {"bootstrap_servers": broker.bootstrap_servers, "topic": topic, "protocol": "canal-json",
               "options": {"enable-tidb-extension": "true"}, "max_offsets_per_trigger": 101}  # a batch per 100 keys
     cfg = _config(tmp_path, "job", source, "spark", sink={
@@ -229,8 +223,8 @@ def test_a_merge_into_a_big_table_reads_only_the_files_of_its_key_range(
     first = [a["add"]["path"] for a in merges[0] if "add" in a]  # the files of keys 1-100
     assert first and set(first) <= set(pa.table(RsTable(str(table)).get_add_actions()).column("path").to_pylist())
 
-    later = [change("UPDATE", 150, 1), change("UPDATE", 250, 1), change("DELETE", 260, 0), change("INSERT", 301, 0)]
-    broker.produce_many(topic, [*later, watermark()])
+    produce([change(Op.UPDATE, 150, 1), change(Op.UPDATE, 250, 1), change(Op.DELETE, 260, 0),
+             change(Op.INSERT, 301, 0)])
     expected.update({key(150): 1, key(250): 1, key(301): 0})
     del expected[key(260)]
     aside = tmp_path / "aside"
@@ -245,8 +239,8 @@ def test_a_merge_into_a_big_table_reads_only_the_files_of_its_key_range(
     assert ("kr.items" in progress.lines[-1].get("columnar_tables", [])) == (path == "columnar"), progress.lines[-1]
     assert progress.lines[-1]["key_range_tables"] == ["kr.items"]
     got = _ConfiguredSink(cfg).read(TableIdent("kr", "items"))
-    assert got.schema.field("k").type == (pa.int64() if key_type == "bigint" else pa.decimal128(20, 0))
-    assert dict(zip(map(str, got.column("k").to_pylist()), got.column("v").to_pylist())) == expected
+    assert got.schema.field("k").type == (pa.decimal128(20, 0) if unsigned else pa.int64())
+    assert dict(zip(map(int, got.column("k").to_pylist()), got.column("v").to_pylist())) == expected
     _assert_each_txn_committed_once(tmp_path / "job" / "lake")
 
 
