@@ -577,7 +577,7 @@ class SinkConfig(_Model):
     columnar_rows: Annotated[int, Field(ge=0)] = 4096
     # spark engine: a MERGE into a table of this many rows or more (its files' statistics) matches only
     # target rows within its source's key range (least-greatest of each integer, decimal or string key
-    # column), so Delta skips the files outside it; 0: never
+    # column), so Delta skips the files outside it, when those files hold this many rows too; 0: never
     merge_key_range_rows: Annotated[int, Field(ge=0)] = 2_000_000
     # spark engine: retries of a MERGE/append that lost to another writer before exit 75
     conflict_retries: Annotated[int, Field(ge=0, le=100)] = 5

@@ -29,6 +29,7 @@ from ticdc_delta.delta.sink import (
     moved_from,
     quote_identifier,
     read_table,
+    rows_outside,
 )
 from ticdc_delta.errors import ConcurrentCommitError, SinkError
 
@@ -335,6 +336,40 @@ def test_txn_is_checked(items: DeltaRsSink, bad: tuple) -> None:
 def test_merge_into_a_missing_table_names_the_path(sink: DeltaRsSink) -> None:
     with pytest.raises(SinkError, match=r"no Delta table at .*/lake/shop/items"):
         sink.merge(T1, changes([{"id": 1, "_op": "d"}]), ["id"], txn(1))
+
+
+def test_table_facts_give_the_rows_and_each_files_key_statistics(sink: DeltaRsSink) -> None:
+    """``table_facts``: the schema alone, or with the row count and a row per data file (its rows and its
+    columns' least and greatest values); :func:`rows_outside` counts the rows of the files a range misses."""
+    from decimal import Decimal
+
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("u", pa.decimal128(20, 0))])
+    assert sink.table_facts(T1) is None
+    sink.ensure_table(T1, schema, None, txn(0))
+    for step, first in enumerate((1, 101, 201)):  # a file each: ids 1-100, 101-200, 201-250
+        last = first + (49 if first == 201 else 99)
+        sink.append(T1, pa.table({"id": list(range(first, last + 1)),
+                                  "name": [f"k{i:03}" for i in range(first, last + 1)],
+                                  "u": [Decimal(i) for i in range(first, last + 1)]}, schema=schema),
+                    Txn(APP, step + 1))
+    assert sink.table_facts(T1, stats=False) == (sink.table_schema(T1), None, None)
+    facts = sink.table_facts(T1)
+    assert facts.schema == sink.table_schema(T1) and facts.rows == sink.table_rows(T1) == 250
+    files = sorted(zip(facts.files.column("num_records").to_pylist(), facts.files.column("min").to_pylist(),
+                       facts.files.column("max").to_pylist()), key=lambda f: f[1]["id"])
+    assert [(n, lo["id"], hi["id"], lo["name"], hi["u"]) for n, lo, hi in files] == [
+        (100, 1, 100, "k001", Decimal(100)), (100, 101, 200, "k101", Decimal(200)), (50, 201, 250, "k201", Decimal(250))]
+
+    assert rows_outside(facts.files, {"id": (150, 160)}) == 150
+    assert rows_outside(facts.files, {"id": (100, 201)}) == 0  # every file holds a key of the range
+    assert rows_outside(facts.files, {"u": (Decimal(1), Decimal(99))}) == 150
+    assert rows_outside(facts.files, {"name": ("k150", "k160"), "id": (150, 250)}) == 150  # either range misses
+    assert rows_outside(facts.files, {"id": (2**70, 2**71)}) == 0  # no int64: not comparable, kept inside
+    assert rows_outside(facts.files, {"missing": (1, 2)}) == rows_outside(facts.files, {}) == 0
+    no_stats = pa.table({"num_records": pa.array([7, None], pa.int64()),
+                         "min": pa.array([None, None], pa.struct([("id", pa.int64())])),
+                         "max": pa.array([None, None], pa.struct([("id", pa.int64())]))})
+    assert rows_outside(no_stats, {"id": (1, 2)}) == 0  # files without statistics lie inside
 
 
 def test_merge_of_an_unknown_column(items: DeltaRsSink) -> None:

@@ -6,6 +6,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from ticdc_delta.config import config_from_mapping
@@ -110,7 +111,8 @@ def test_picker_takes_values_by_name_as_a_dict_of_the_image_would() -> None:
 def test_the_key_range_bounds_each_integer_decimal_or_string_key_column_without_nulls(spark: Any) -> None:
     """``_key_range``: per key column of an integer, decimal or string type without a null in the source,
     the source's least and greatest key as conditions on the target (alias ``t``); a null (which ``<=>``
-    matches) or another type leaves its column unbounded, an empty source bounds nothing."""
+    matches) or another type leaves its column unbounded, an empty source bounds nothing, nor a range outside
+    which the target's files hold fewer than ``least`` rows."""
     import functools
     from decimal import Decimal
 
@@ -132,3 +134,9 @@ def test_the_key_range_bounds_each_integer_decimal_or_string_key_column_without_
     assert sorted(r["id"] for r in kept) == [6, 8]
     assert _key_range(source.limit(0), ["id"]) == []
     assert _key_range(source, ["f", "missing"]) == []
+    # with the target's files: kept when the files outside the range hold at least `least` rows
+    stats = pa.struct([("id", pa.int64())])
+    files = pa.table({"num_records": [5, 5, 2], "min": pa.array([{"id": 0}, {"id": 5}, {"id": 10}], stats),
+                      "max": pa.array([{"id": 4}, {"id": 9}, {"id": 11}], stats)})  # ids 5-9: 7 rows outside
+    assert len(_key_range(source, ["id"], files, 7)) == 2
+    assert _key_range(source, ["id"], files, 8) == []

@@ -72,6 +72,7 @@ __all__ = [
     "TableIdent",
     "TableFacts",
     "Txn",
+    "rows_outside",
     "MergeStats",
     "TableSink",
     "TableCopy",
@@ -117,10 +118,37 @@ class TableIdent(NamedTuple):
 
 
 class TableFacts(NamedTuple):
-    """What a table's log tells of its current version: its Arrow schema and its rows (``None``: not asked)."""
+    """What a table's log tells of its current version: its Arrow schema, its rows and its data files'
+    statistics (``None``: not asked).
+
+    ``files`` has a row per data file: ``num_records`` and the struct columns ``min`` and ``max``, whose
+    fields are the table's columns by name (column mapping's physical names resolved); a value is null where
+    the file has no statistic for it."""
 
     schema: pa.Schema
     rows: int | None
+    files: pa.Table | None = None
+
+
+def rows_outside(files: pa.Table, ranges: Mapping[str, tuple[object, object]]) -> int:
+    """The rows of the data files (:attr:`TableFacts.files`) whose statistics lie wholly outside the range
+    ``(least, greatest)`` of some column of ``ranges``: the rows a reader filtering on those ranges skips.
+    A file without the statistic, or whose statistic cannot be compared with the range (another type), is
+    counted as inside."""
+    if not ranges or files.num_rows == 0:
+        return 0
+    outside = pa.array([False] * files.num_rows)
+    lows, highs = files.column("min").combine_chunks(), files.column("max").combine_chunks()
+    for name, (least, greatest) in ranges.items():
+        if lows.type.get_field_index(name) < 0 or highs.type.get_field_index(name) < 0:
+            continue
+        low, high = pc.struct_field(lows, name), pc.struct_field(highs, name)  # (null where the file's is)
+        try:
+            beyond = pc.or_(pc.less(high, pa.scalar(least, high.type)), pc.greater(low, pa.scalar(greatest, low.type)))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):  # a value its type cannot hold
+            continue
+        outside = pc.or_(outside, pc.fill_null(beyond, False))
+    return pc.sum(pc.if_else(outside, files.column("num_records"), 0)).as_py() or 0
 
 
 class Txn(NamedTuple):
@@ -474,6 +502,26 @@ def _arrow_schema(dt: DeltaTable) -> pa.Schema:
     return pa.schema(dt.schema().to_arrow())
 
 
+def _file_stats(actions: pa.Table, dt: DeltaTable) -> pa.Table:
+    """:attr:`TableFacts.files` from delta-rs's add actions (``flatten=False``): ``num_records``, ``min`` and
+    ``max`` with the statistics' physical column names (column mapping) turned into the table's names."""
+    logical = {}
+    for field in dt.schema().fields:
+        physical = (field.metadata or {}).get("delta.columnMapping.physicalName")
+        logical[str(physical) if physical else field.name] = field.name
+    columns = {"num_records": actions.column("num_records") if "num_records" in actions.column_names
+               else pa.nulls(actions.num_rows, pa.int64())}
+    for side in ("min", "max"):
+        found = actions.column(side).combine_chunks() if side in actions.column_names else None
+        if found is None or not pa.types.is_struct(found.type) or found.type.num_fields == 0:
+            columns[side] = pa.nulls(actions.num_rows, pa.struct([]))
+            continue
+        names = [logical.get(found.type.field(i).name, found.type.field(i).name) for i in range(found.type.num_fields)]
+        # flatten: the children with the struct's own nulls (a file without statistics)
+        columns[side] = pa.StructArray.from_arrays(found.flatten(), names=names)
+    return pa.table(columns)
+
+
 def _uncommitted(name: str) -> bool:
     """Whether a file of a Delta log is a commit's temporary file (a hidden name: ``.<version>.json.<uuid>.tmp``
     and its ``.crc``), never a commit, checkpoint or checksum of a committed version."""
@@ -631,7 +679,7 @@ class DeltaRsSink:
         Raises:
             SinkError: the table cannot be read.
         """
-        facts = self.table_facts(ident, rows=False)
+        facts = self.table_facts(ident, stats=False)
         return None if facts is None else facts.schema
 
     def table_rows(self, ident: TableIdent) -> int | None:
@@ -644,10 +692,10 @@ class DeltaRsSink:
         facts = self.table_facts(ident)
         return None if facts is None else facts.rows
 
-    def table_facts(self, ident: TableIdent, *, rows: bool = True) -> TableFacts | None:
-        """The table's current schema and, with ``rows``, its number of rows by its files' statistics (no
-        data is read; a file without the statistic counts 0), from one read of its log; ``None`` when it
-        does not exist.
+    def table_facts(self, ident: TableIdent, *, stats: bool = True) -> TableFacts | None:
+        """The table's current schema and, with ``stats``, its number of rows and its files' statistics (no
+        data is read; a file without the row count counts 0), from one read of its log; ``None`` when it does
+        not exist.
 
         Raises:
             SinkError: the table cannot be read.
@@ -657,10 +705,11 @@ class DeltaRsSink:
             dt = self._load(path)
             if dt is None:
                 return None
-            count = None
-            if rows:
-                count = pc.sum(pa.table(dt.get_add_actions(flatten=False)).column("num_records")).as_py() or 0
-            return TableFacts(_arrow_schema(dt), count)
+            schema = _arrow_schema(dt)
+            if not stats:
+                return TableFacts(schema, None)
+            files = _file_stats(pa.table(dt.get_add_actions(flatten=False)), dt)
+            return TableFacts(schema, pc.sum(files.column("num_records")).as_py() or 0, files)
         except (DeltaError, pa.ArrowException, OSError) as exc:
             raise SinkError(f"cannot read the log of {path}: {exc}") from exc
 

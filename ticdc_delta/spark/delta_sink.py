@@ -61,6 +61,7 @@ from deltalake import DeltaTable as RsTable, Field as DeltaField
 from ..delta.sink import (
     DeltaRsSink,
     MergeStats,
+    TableFacts,
     TableIdent,
     Txn,
     already_applied,
@@ -163,16 +164,19 @@ class SparkDeltaSink:
             the ``typeWidening`` feature, which delta-rs 1.x cannot scan).
         column_mapping: ``sink.column_mapping``: create tables with column mapping ``name``.
         retry: runs one attempt again after a Delta conflict (the engine's ``sink.conflict_retries``).
+        stats: :meth:`table_schema` keeps the table's row count and files' statistics it read with the schema
+            for :meth:`table_facts` (the engine's MERGE key range, ``sink.merge_key_range_rows``).
     """
 
     def __init__(self, base: DeltaRsSink, spark: Any, *, type_widening: bool = False, column_mapping: bool = True,
-                 retry: Callable[[str, Callable[[], Any]], Any] | None = None) -> None:
+                 retry: Callable[[str, Callable[[], Any]], Any] | None = None, stats: bool = False) -> None:
         self.base = base
         self.spark = spark
         self.type_widening = type_widening
         self.column_mapping = column_mapping
         self._retry = retry or (lambda what, attempt: attempt())
-        self._rows: dict[TableIdent, int | None] = {}  # table_schema's row count, for table_rows
+        self.stats = stats
+        self._facts: dict[TableIdent, TableFacts | None] = {}  # what table_schema read, for table_facts
 
     # --- delegated: locations, reads, file operations ---------------------------------------------------
 
@@ -186,26 +190,28 @@ class SparkDeltaSink:
 
     def table_schema(self, ident: TableIdent) -> pa.Schema | None:
         """See :meth:`DeltaRsSink.table_schema` (delta-rs reads the log of every table this sink writes).
-        The number of rows of the version read is kept for :meth:`table_rows`.
+        With ``stats``, the row count and files' statistics of the version read are kept for
+        :meth:`table_facts`.
 
         Raises:
             SinkError: the table cannot be read.
         """
-        facts = self.base.table_facts(ident)
-        self._rows[ident] = None if facts is None else facts.rows
+        facts = self.base.table_facts(ident, stats=self.stats)
+        if self.stats:
+            self._facts[ident] = facts
         return None if facts is None else facts.schema
 
-    def table_rows(self, ident: TableIdent) -> int | None:
-        """See :meth:`DeltaRsSink.table_rows`: of the version :meth:`table_schema` read last (taken once: the
-        engine asks right after the schema work before a MERGE, without a second read of the log), else
-        read now.
+    def table_facts(self, ident: TableIdent) -> TableFacts | None:
+        """See :meth:`DeltaRsSink.table_facts` (with the statistics): of the version :meth:`table_schema`
+        read last (taken once: the engine asks right after the schema work before a MERGE, without a second
+        read of the log), else read now.
 
         Raises:
             SinkError: the table cannot be read.
         """
-        if ident in self._rows:
-            return self._rows.pop(ident)
-        return self.base.table_rows(ident)
+        if ident in self._facts:
+            return self._facts.pop(ident)
+        return self.base.table_facts(ident)
 
     def tables_in_schema(self, schema: str) -> list[TableIdent]:
         """See :meth:`DeltaRsSink.tables_in_schema`."""

@@ -63,7 +63,7 @@ from ..core.table_rules import TableRules, plan_coordination
 from ..delta.applier import ApplyResult, DeltaApplier
 from ..delta.arrow_types import arrow_type_for, converter_for
 from ..delta.ddl_replay import ddl_tables
-from ..delta.sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, Txn
+from ..delta.sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, Txn, rows_outside
 from ..delta.state_store import PipelineState
 from ..delta.value_check import ValueScreen
 from ..errors import ConcurrentCommitError, DecodeError, TerminalError
@@ -483,14 +483,17 @@ def _spark_schema(arrow: pa.Schema) -> Any:
     return from_arrow_schema(arrow, prefer_timestamp_ntz=True)
 
 
-def _key_range(source: Any, keys: Sequence[str]) -> list[Any]:
+def _key_range(source: Any, keys: Sequence[str], files: pa.Table | None = None, least: int = 0) -> list[Any]:
     """Conditions on the target alone for a MERGE: ``t.k >= least`` and ``t.k <= greatest`` of each key
     column ``k`` of an integer, decimal (BIGINT UNSIGNED) or string type whose values in ``source`` (the
     MERGE's source, its key columns named and typed as the target's) are all non-null (``<=>`` matches a
     null key, a range would not). They change no match — every source key lies within them — and Delta
     skips the target files whose statistics lie outside them instead of reading every file for matches.
     The bounds are literals of the column's own type (a cast of the target column would keep Delta from
-    skipping). One Spark job over ``source``; ``[]`` when it is empty or no key column qualifies."""
+    skipping). One Spark job over ``source``; ``[]`` when it is empty or no key column qualifies, or when
+    the target's files (``files``, :attr:`~ticdc_delta.delta.sink.TableFacts.files`) lying outside them hold
+    fewer than ``least`` rows: bounds that spare the MERGE little (random keys: every file overlaps the
+    range) would cost more than they save (the code Spark compiles for their literals, Delta's skipping)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import DecimalType, IntegralType, StringType
 
@@ -503,12 +506,11 @@ def _key_range(source: Any, keys: Sequence[str]) -> list[Any]:
         col = F.col(_quote(k))
         aggs += [F.min(col).alias(f"lo{i}"), F.max(col).alias(f"hi{i}"), F.count(col).alias(f"n{i}")]
     row = source.agg(*aggs).collect()[0]
-    out = []
-    for i, k in enumerate(usable):
-        if row["n"] and row[f"n{i}"] == row["n"]:
-            target = F.col(f"t.{_quote(k)}")
-            out += [target >= F.lit(row[f"lo{i}"]).cast(types[k]), target <= F.lit(row[f"hi{i}"]).cast(types[k])]
-    return out
+    ranges = {k: (row[f"lo{i}"], row[f"hi{i}"]) for i, k in enumerate(usable) if row["n"] and row[f"n{i}"] == row["n"]}
+    if files is not None and rows_outside(files, ranges) < least:
+        return []
+    return [bound for k, (lo, hi) in ranges.items() for bound in
+            (F.col(f"t.{_quote(k)}") >= F.lit(lo).cast(types[k]), F.col(f"t.{_quote(k)}") <= F.lit(hi).cast(types[k]))]
 
 
 def _calling(on_read: Callable[[], None]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -1084,7 +1086,8 @@ class SparkEngine:
         h = self.h
         # table creation and DDL with Delta Lake's own operations (column mapping, ALTER TABLE)
         sink = SparkDeltaSink(h.sink, spark, type_widening=self.cfg.sink.type_widening,
-                              column_mapping=self.cfg.sink.column_mapping, retry=self._retry)
+                              column_mapping=self.cfg.sink.column_mapping, retry=self._retry,
+                              stats=self.cfg.sink.merge_key_range_rows > 0)
         applier = DeltaApplier(
             sink, h._app_id, catalog=h._catalog, table_options=h._table_options,
             metadata_columns=((self.cfg.sink.metadata_columns.commit_ts, self.cfg.sink.metadata_columns.op)
@@ -1158,12 +1161,14 @@ class SparkEngine:
             at = {c[0]: i for i, c in enumerate(typed.columns)}
             columnar = (view, [(at[src], f.name, f.type) for (src, _, _, _, _), f in zip(fields, arrow_fields)])
         least = self.cfg.sink.merge_key_range_rows
+        facts = applier.sink.table_facts(ident) if least > 0 else None
         return {
             "ident": ident, "seg": seg, "path": applier.sink.table_path(schema, table),
             "fields": [(src, src, t, f, p) for src, _, t, f, p in fields], "arrow": pa.schema(arrow_fields),
             "keys": [have.get(k.lower(), k) for k in keys], "upserts": upserts, "meta": mc,
             "txn": applier.next_txn(ident, batch_id), "columnar": columnar,
-            "key_range": least > 0 and (applier.sink.table_rows(ident) or 0) >= least,
+            # the target's files, for the key range (_key_range) of a table big enough for it to pay
+            "key_range": facts.files if facts is not None and (facts.rows or 0) >= least else None,
         }
 
     def _merge_all(self, spark: Any, view: str | None, tasks: list[dict], merged: list[bool], batch_id: int) -> None:
@@ -1247,7 +1252,8 @@ class SparkEngine:
             # converted rows are kept after the first read instead of converted again
             cached = source.persist(StorageLevel.MEMORY_AND_DISK) if converted else source
             try:
-                bounds = _key_range(cached, task["keys"]) if task["key_range"] else []
+                bounds = ([] if task["key_range"] is None else
+                          _key_range(cached, task["keys"], task["key_range"], self.cfg.sink.merge_key_range_rows))
                 narrowed = functools.reduce(lambda a, b: a & b, bounds, cond)
                 if bounds:
                     self._bounded.add(f"{ident.schema}.{ident.table}")  # (a set: the threads' adds are atomic)
