@@ -33,8 +33,9 @@ from ticdc_delta.bench_latency import percentile
         (["heap", "--engines", "spark", "--per-batch", "30", "--every", "10"], "heap",
          {"engines": ["spark"], "per_batch": 30, "every": 10}),
         (["bigtable"], "bigtable", {"rows": 10_000_000, "files": 40, "changes": [1, 2000], "rounds": 3,
-                                    "partitions": 1}),
-        (["bigtable", "--rows", "1000", "--changes", "5"], "bigtable", {"rows": 1000, "changes": [5]}),
+                                    "partitions": 1, "layout": "key-order", "key_range_rows": 1}),
+        (["bigtable", "--rows", "1000", "--changes", "5", "--layout", "shuffled"], "bigtable",
+         {"rows": 1000, "changes": [5], "layout": "shuffled"}),
     ],
 )
 def test_bench_cli_parses(argv: list[str], command: str, expected: dict[str, Any],
@@ -117,9 +118,11 @@ def test_a_stream_starts_its_keys_where_asked() -> None:
 def test_bench_bigtable_refuses_empty_rounds_and_changes() -> None:
     from ticdc_delta.bench_bigtable import run_bigtable
 
-    for bad in ({"rounds": 0}, {"changes": []}, {"changes": [0]}, {"files": 0}, {"rows": -1}):
+    for bad in ({"rounds": 0}, {"changes": []}, {"changes": [0]}, {"files": 0}, {"rows": -1}, {"key_range_rows": 0}):
         with pytest.raises(ValueError, match="at least"):
             run_bigtable(**bad)
+    with pytest.raises(ValueError, match="layout must be one of key-order, shuffled, not 'random'"):
+        run_bigtable(layout="random")
 
 
 def test_bench_heap_growth_is_per_100_batches_from_the_second_sample() -> None:

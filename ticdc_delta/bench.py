@@ -213,7 +213,7 @@ def _cmd_bigtable(args: argparse.Namespace) -> int:
     from .bench_bigtable import run_bigtable
 
     return run_bigtable(rows=args.rows, files=args.files, changes=args.changes, rounds=args.rounds,
-                        partitions=args.partitions)
+                        partitions=args.partitions, layout=args.layout, key_range_rows=args.key_range_rows)
 
 
 def _cmd_heap(args: argparse.Namespace) -> int:
@@ -226,6 +226,7 @@ def _cmd_heap(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .bench_bigtable import LAYOUTS
     from .bench_e2e import ENGINES
 
     parser = argparse.ArgumentParser(prog="python -m ticdc_delta.bench", description=__doc__.splitlines()[0])
@@ -286,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     bt.add_argument("--changes", type=int, nargs="+", default=[1, 2000], help="changes per batch, per round")
     bt.add_argument("--rounds", type=int, default=3)
     bt.add_argument("--partitions", type=int, default=1)
+    bt.add_argument("--layout", choices=LAYOUTS, default="key-order",
+                    help="the loaded rows' files in key order, or each holding keys from the whole range")
+    bt.add_argument("--key-range-rows", type=int, default=1,
+                    help="the bounded changefeed's sink.merge_key_range_rows")
     bt.set_defaults(func=_cmd_bigtable)
     hp = sub.add_parser("heap", help="the driver's memory over many small micro-batches of several tables")
     hp.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))

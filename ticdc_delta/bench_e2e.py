@@ -225,9 +225,10 @@ class BatchPhases:
 
     @property
     def batches(self) -> list[dict[str, Any]]:
-        """The batches logged in the block, in order: ``rows`` (row events), ``seconds``, ``timings``."""
+        """The batches logged in the block, in order: ``rows`` (row events), ``seconds``, ``timings`` and
+        ``key_range`` (the tables whose MERGE took its key range)."""
         return [{"rows": (line.get("events") or {}).get("row", 0), "seconds": line.get("seconds", 0.0),
-                 "timings": line["timings"]}
+                 "timings": line["timings"], "key_range": line.get("key_range_tables", [])}
                 for _, line in self._tap.lines if isinstance(line, dict) and isinstance(line.get("timings"), dict)]
 
     def __enter__(self) -> "BatchPhases":

@@ -340,7 +340,8 @@ def test_merge_into_a_missing_table_names_the_path(sink: DeltaRsSink) -> None:
 
 def test_table_facts_give_the_rows_and_each_files_key_statistics(sink: DeltaRsSink) -> None:
     """``table_facts``: the schema alone, or with the row count and a row per data file (its rows and its
-    columns' least and greatest values); :func:`rows_outside` counts the rows of the files a range misses."""
+    columns' least and greatest values, a partition column's value as both); :func:`rows_outside` counts the
+    rows of the files a range misses."""
     from decimal import Decimal
 
     schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("u", pa.decimal128(20, 0))])
@@ -370,6 +371,12 @@ def test_table_facts_give_the_rows_and_each_files_key_statistics(sink: DeltaRsSi
                          "min": pa.array([None, None], pa.struct([("id", pa.int64())])),
                          "max": pa.array([None, None], pa.struct([("id", pa.int64())]))})
     assert rows_outside(no_stats, {"id": (1, 2)}) == 0  # files without statistics lie inside
+
+    parted, by_region = TableIdent("shop", "regions"), pa.schema([("region", pa.string()), ("id", pa.int64())])
+    sink.ensure_table(parted, by_region, ["region"], txn(0))
+    sink.append(parted, pa.table({"region": ["eu", "eu", "us"], "id": [1, 2, 3]}, schema=by_region), txn(1))
+    files = sink.table_facts(parted).files  # a partition's value is its files' least and greatest
+    assert rows_outside(files, {"region": ("us", "us")}) == 2 and rows_outside(files, {"region": ("a", "z")}) == 0
 
 
 def test_merge_of_an_unknown_column(items: DeltaRsSink) -> None:

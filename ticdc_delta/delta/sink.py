@@ -504,21 +504,27 @@ def _arrow_schema(dt: DeltaTable) -> pa.Schema:
 
 def _file_stats(actions: pa.Table, dt: DeltaTable) -> pa.Table:
     """:attr:`TableFacts.files` from delta-rs's add actions (``flatten=False``): ``num_records``, ``min`` and
-    ``max`` with the statistics' physical column names (column mapping) turned into the table's names."""
+    ``max`` with the statistics' physical column names (column mapping) turned into the table's names; a
+    partition column's value is its least and greatest."""
     logical = {}
     for field in dt.schema().fields:
         physical = (field.metadata or {}).get("delta.columnMapping.physicalName")
         logical[str(physical) if physical else field.name] = field.name
+
+    def by_name(column: str) -> dict[str, pa.Array]:
+        found = actions.column(column).combine_chunks() if column in actions.column_names else None
+        if found is None or not pa.types.is_struct(found.type):
+            return {}
+        # flatten: the children with the struct's own nulls (a file without statistics)
+        return {logical.get(f.name, f.name): child for f, child in zip(found.type, found.flatten())}
+
+    partitions = by_name("partition")
     columns = {"num_records": actions.column("num_records") if "num_records" in actions.column_names
                else pa.nulls(actions.num_rows, pa.int64())}
     for side in ("min", "max"):
-        found = actions.column(side).combine_chunks() if side in actions.column_names else None
-        if found is None or not pa.types.is_struct(found.type) or found.type.num_fields == 0:
-            columns[side] = pa.nulls(actions.num_rows, pa.struct([]))
-            continue
-        names = [logical.get(found.type.field(i).name, found.type.field(i).name) for i in range(found.type.num_fields)]
-        # flatten: the children with the struct's own nulls (a file without statistics)
-        columns[side] = pa.StructArray.from_arrays(found.flatten(), names=names)
+        found = {**by_name(side), **partitions}
+        columns[side] = (pa.StructArray.from_arrays(list(found.values()), names=list(found)) if found
+                         else pa.nulls(actions.num_rows, pa.struct([])))
     return pa.table(columns)
 
 
