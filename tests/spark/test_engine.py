@@ -140,3 +140,54 @@ def test_the_key_range_bounds_each_integer_decimal_or_string_key_column_without_
                       "max": pa.array([{"id": 4}, {"id": 9}, {"id": 11}], stats)})  # ids 5-9: 7 rows outside
     assert len(_key_range(source, ["id"], files, 7)) == 2
     assert _key_range(source, ["id"], files, 8) == []
+
+
+def test_the_rules_find_each_integer_key_columns_range_and_buckets_combine_them() -> None:
+    """``_span`` / ``_key_ranges``: the least and greatest value of each integer key column (integer text
+    too, as its converter reads it); ``None`` for a column with a null or missing from an image; nothing for
+    a column of another type (a Spark job finds its range). ``_add_meta`` widens the ranges over buckets."""
+    from ticdc_delta.codec.model import TypeCode
+    from ticdc_delta.spark.engine import _add_meta, _key_ranges, _span
+
+    spans: dict = {}
+    for image in ([("id", TypeCode.BIGINT, 0, 7), ("s", TypeCode.VARCHAR, 0, "b"), ("n", TypeCode.INT, 0, 1),
+                   ("gone", TypeCode.INT, 0, 1)],
+                  [("id", TypeCode.BIGINT, 0, "3"), ("s", TypeCode.VARCHAR, 0, "a"), ("n", TypeCode.INT, 0, None)],
+                  [("id", TypeCode.BIGINT, 0, 12), ("s", TypeCode.VARCHAR, 0, "c"), ("n", TypeCode.INT, 0, 2)]):
+        for name, type_code, _, value in image:
+            _span(spans, name, type_code, value)
+    assert _key_ranges(spans, ["id", "s", "n", "gone", "never"], 3) == {
+        "id": (3, 12), "n": None, "gone": None, "never": None}
+
+    metas: dict = {}
+    base = {"keys": ["id", "n"], "col_types": [("id", (8, 0))], "rows": 1, "deleted": 0, "last_ts": None}
+    _add_meta(metas, (0, "s", "t"), {**base, "ranges": {"id": (5, 9), "n": (1, 1)}})
+    _add_meta(metas, (0, "s", "t"), {**base, "ranges": {"id": (-2, 6), "n": None}})
+    _add_meta(metas, (0, "s", "t"), {**base, "ranges": {"id": (4, 20)}})  # n: another type there
+    assert metas[(0, "s", "t")]["ranges"] == {"id": (-2, 20), "n": None}
+    assert metas[(0, "s", "t")]["rows"] == 3
+
+
+def test_the_key_range_takes_known_integer_ranges_without_a_job(spark: Any) -> None:
+    """``_key_range(known=...)``: a key column whose range the rules found is bounded by it, with no Spark
+    job over the source (this source fails when read); ``None`` leaves it unbounded; a range its column's
+    type cannot hold, or a column not known, is found by the job."""
+    from decimal import Decimal
+
+    from pyspark.sql import functions as F
+
+    from ticdc_delta.spark.engine import _key_range
+
+    unreadable = spark.range(1).select(F.expr("CAST(raise_error('read') AS BIGINT)").alias("id"),
+                                       F.expr("CAST(raise_error('read') AS DECIMAL(20,0))").alias("u"),
+                                       F.expr("CAST(raise_error('read') AS INT)").alias("n"))
+    big = 18446744073709551000
+    conds = _key_range(unreadable, ["id", "u", "n"], known={"id": (3, 9), "u": (big, big + 5), "n": None})
+    target = spark.createDataFrame([(i, Decimal(big + i - 3), 0) for i in range(0, 12)],
+                                   "id long, u decimal(20,0), n int").alias("t")
+    kept = target.where(conds[0] & conds[1] & conds[2] & conds[3]).select("id").collect()
+    assert len(conds) == 4 and sorted(r["id"] for r in kept) == [3, 4, 5, 6, 7, 8]
+    with pytest.raises(Exception, match="read"):  # n's range beyond an INT: the job finds it
+        _key_range(unreadable, ["n"], known={"n": (0, 1 << 40)})
+    readable = spark.createDataFrame([(4, 1), (6, 2)], "id long, n int")
+    assert len(_key_range(readable, ["id", "n"], known={"id": (4, 6)})) == 4  # n by the job

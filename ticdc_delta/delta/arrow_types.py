@@ -88,6 +88,7 @@ __all__ = [
     "arrow_field_for",
     "converter_for",
     "convert_value",
+    "integer_value",
     "to_arrow_array",
     "canonical_from_delta",
     "source_zone",
@@ -285,6 +286,15 @@ def _exact_int(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+def integer_value(type_code: int, value: Any) -> int | None:
+    """The integer a column of type ``type_code`` holds for ``value`` when it is of an integer type
+    (TINYINT to BIGINT, signed or not: their converters write exactly this number), else ``None`` (another
+    type, a null, or a value that is no exact integer and that the converter refuses)."""
+    if value is None or type_code not in _SMALL_INTEGER_TYPES:
+        return None
+    return _exact_int(value)
 
 
 def _to_year(value: Any) -> int | None:

@@ -51,6 +51,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
@@ -61,7 +62,7 @@ from ..core.merge import DELETE, KeyResolver, MissingKeyError
 from ..core.records import ChangeRecord, DDLRecord, dump_record, gc_paused, load_record, load_row
 from ..core.table_rules import TableRules, plan_coordination
 from ..delta.applier import ApplyResult, DeltaApplier
-from ..delta.arrow_types import arrow_type_for, converter_for
+from ..delta.arrow_types import arrow_type_for, converter_for, integer_value
 from ..delta.ddl_replay import ddl_tables
 from ..delta.sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, Txn, rows_outside
 from ..delta.state_store import PipelineState
@@ -240,16 +241,24 @@ def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
         for seg, tc in out.segments:
             col_types: dict[str, tuple[int, int]] = {}
             n_del, last = 0, None
+            keys = set(tc.key_columns)
+            # each integer key column's least and greatest value and how many images hold it (the MERGE's
+            # key range without a job of its own); None: the column holds a null; "other": a value of
+            # another type
+            spans: dict[str, list[int] | str | None] = {}
             for fc in tc.changes.values():
-                for name, type_code, flags, _ in fc.image:
+                for name, type_code, flags, value in fc.image:
                     col_types.setdefault(name, (type_code, flags))
+                    if name in keys:
+                        _span(spans, name, type_code, value)
                 if fc.kind == DELETE:
                     n_del += 1
                 if fc.commit_ts is not None:
                     last = fc.commit_ts if last is None else max(last, fc.commit_ts)
                 emit("change", seg, fc.commit_ts, pickle.dumps((fc.kind, fc.image, fc.commit_ts, fc.op)))
             meta = {"keys": tc.key_columns, "col_types": list(col_types.items()), "rows": len(tc.changes),
-                    "deleted": n_del, "last_ts": last}
+                    "deleted": n_del, "last_ts": last,
+                    "ranges": _key_ranges(spans, tc.key_columns, len(tc.changes))}
             emit("meta", seg, last, pickle.dumps(meta))
         router = Router(job.keys)
         layouts = set()
@@ -435,6 +444,45 @@ def _with_buckets(rows: Any, split: dict[tuple[str, str], int], slots: list[int]
                       .cast("int").alias("slot"))
 
 
+def _span(spans: dict[str, list[int] | str | None], name: str, type_code: int, value: Any) -> None:
+    """Widen key column ``name``'s ``[least, greatest, images]`` in ``spans`` by ``value``: ``None`` once it
+    holds a null (the MERGE leaves it unbounded), ``"other"`` for a value that is no integer of an integer
+    type (a Spark job finds its range, :func:`_key_range`)."""
+    found = spans.get(name, [])
+    if found is None:
+        return
+    if value is None:
+        spans[name] = None
+        return
+    if found == "other":
+        return
+    v = integer_value(type_code, value)
+    if v is None:
+        spans[name] = "other"
+    elif not found:
+        spans[name] = [v, v, 1]
+    else:
+        found[2] += 1
+        if v < found[0]:
+            found[0] = v
+        elif v > found[1]:
+            found[1] = v
+
+
+def _key_ranges(spans: dict[str, list[int] | str | None], keys: Sequence[str], changes: int
+                ) -> dict[str, tuple[int, int] | None]:
+    """The meta's ``ranges`` from :func:`_span`'s ``spans`` of a segment's ``changes`` final changes: the
+    least and greatest value of each integer key column that every image holds, ``None`` for one that holds
+    a null or that an image lacks (the MERGE's source has a null there); none for the others."""
+    out: dict[str, tuple[int, int] | None] = {}
+    for k in keys:
+        found = spans.get(k)
+        if found == "other":
+            continue
+        out[k] = None if found is None or found[2] != changes else (found[0], found[1])
+    return out
+
+
 def _add_meta(metas: dict[tuple[int, str, str], dict], at: tuple[int, str, str], meta: dict) -> None:
     """Put one bucket's meta of a table's segment together with the other buckets' (their final changes
     are of different keys; they have the same key columns, and each bucket's columns are a prefix of the
@@ -452,6 +500,13 @@ def _add_meta(metas: dict[tuple[int, str, str], dict], at: tuple[int, str, str],
         raise TerminalError(f"{at[1]}.{at[2]}: the key buckets of one table disagree on its key or columns "
                             f"({found['keys']} / {meta['keys']})")
     found["col_types"] = long_
+    mine, theirs = found.get("ranges", {}), meta.get("ranges", {})
+    # a key column with a null in either bucket stays unbounded; one a bucket has no integer range of
+    # (values of another type) is left to the MERGE's job
+    found["ranges"] = {k: None if mine[k] is None or theirs[k] is None else
+                       (min(mine[k][0], theirs[k][0]), max(mine[k][1], theirs[k][1]))
+                       for k in mine.keys() & theirs.keys()}
+    found["ranges"].update({k: None for k, r in (*mine.items(), *theirs.items()) if r is None})
     found["rows"] += meta["rows"]
     found["deleted"] += meta["deleted"]
     if meta["last_ts"] is not None:
@@ -483,34 +538,55 @@ def _spark_schema(arrow: pa.Schema) -> Any:
     return from_arrow_schema(arrow, prefer_timestamp_ntz=True)
 
 
-def _key_range(source: Any, keys: Sequence[str], files: pa.Table | None = None, least: int = 0) -> list[Any]:
+def _key_range(source: Any, keys: Sequence[str], files: pa.Table | None = None, least: int = 0,
+               known: Mapping[str, tuple[int, int] | None] | None = None) -> list[Any]:
     """Conditions on the target alone for a MERGE: ``t.k >= least`` and ``t.k <= greatest`` of each key
     column ``k`` of an integer, decimal (BIGINT UNSIGNED) or string type whose values in ``source`` (the
     MERGE's source, its key columns named and typed as the target's) are all non-null (``<=>`` matches a
     null key, a range would not). They change no match — every source key lies within them — and Delta
     skips the target files whose statistics lie outside them instead of reading every file for matches.
     The bounds are literals of the column's own type (a cast of the target column would keep Delta from
-    skipping). One Spark job over ``source``; ``[]`` when it is empty or no key column qualifies, or when
-    the target's files (``files``, :attr:`~ticdc_delta.delta.sink.TableFacts.files`) lying outside them hold
-    fewer than ``least`` rows: bounds that spare the MERGE little (random keys: every file overlaps the
+    skipping). ``known``: key columns whose range is known already (the record path's rules find each
+    integer key column's, ``None`` where it holds a null), used where the column's type holds it; one Spark
+    job over ``source`` finds the others'. ``[]`` when the source is empty or no key column qualifies, or
+    when the target's files (``files``, :attr:`~ticdc_delta.delta.sink.TableFacts.files`) lying outside them
+    hold fewer than ``least`` rows: bounds that spare the MERGE little (random keys: every file overlaps the
     range) would cost more than they save (the code Spark compiles for their literals, Delta's skipping)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import DecimalType, IntegralType, StringType
 
     types = {f.name: f.dataType for f in source.schema}
     usable = [k for k in keys if isinstance(types.get(k), (IntegralType, DecimalType, StringType))]
-    if not usable:
+    known = known or {}
+    ranges = {k: known[k] for k in usable if known.get(k) is not None and _holds(types[k], known[k])}
+    ask = [k for k in usable if k not in ranges and not (k in known and known[k] is None)]
+    if ask:
+        aggs = [F.count(F.lit(1)).alias("n")]
+        for i, k in enumerate(ask):
+            col = F.col(_quote(k))
+            aggs += [F.min(col).alias(f"lo{i}"), F.max(col).alias(f"hi{i}"), F.count(col).alias(f"n{i}")]
+        row = source.agg(*aggs).collect()[0]
+        ranges.update({k: (row[f"lo{i}"], row[f"hi{i}"]) for i, k in enumerate(ask)
+                       if row["n"] and row[f"n{i}"] == row["n"]})
+    if not ranges or files is not None and rows_outside(files, ranges) < least:
         return []
-    aggs = [F.count(F.lit(1)).alias("n")]
-    for i, k in enumerate(usable):
-        col = F.col(_quote(k))
-        aggs += [F.min(col).alias(f"lo{i}"), F.max(col).alias(f"hi{i}"), F.count(col).alias(f"n{i}")]
-    row = source.agg(*aggs).collect()[0]
-    ranges = {k: (row[f"lo{i}"], row[f"hi{i}"]) for i, k in enumerate(usable) if row["n"] and row[f"n{i}"] == row["n"]}
-    if files is not None and rows_outside(files, ranges) < least:
-        return []
+
+    def literal(value: Any, t: Any) -> Any:  # (an int beyond a long, BIGINT UNSIGNED's, as the decimal it is)
+        return F.lit(Decimal(value) if isinstance(t, DecimalType) and isinstance(value, int) else value).cast(t)
+
     return [bound for k, (lo, hi) in ranges.items() for bound in
-            (F.col(f"t.{_quote(k)}") >= F.lit(lo).cast(types[k]), F.col(f"t.{_quote(k)}") <= F.lit(hi).cast(types[k]))]
+            (F.col(f"t.{_quote(k)}") >= literal(lo, types[k]), F.col(f"t.{_quote(k)}") <= literal(hi, types[k]))]
+
+
+def _holds(spark_type: Any, span: tuple[Any, Any]) -> bool:
+    """Whether a column of ``spark_type`` (an integer or decimal type) holds the integers ``span``."""
+    from pyspark.sql.types import ByteType, DecimalType, IntegerType, LongType, ShortType
+
+    if isinstance(spark_type, DecimalType):
+        limit = 10 ** (spark_type.precision - spark_type.scale)
+        return -limit < span[0] and span[1] < limit
+    bits = {ByteType: 8, ShortType: 16, IntegerType: 32, LongType: 64}.get(type(spark_type))
+    return bits is not None and -(1 << (bits - 1)) <= span[0] and span[1] < 1 << (bits - 1)
 
 
 def _calling(on_read: Callable[[], None]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -1167,8 +1243,10 @@ class SparkEngine:
             "fields": [(src, src, t, f, p) for src, _, t, f, p in fields], "arrow": pa.schema(arrow_fields),
             "keys": [have.get(k.lower(), k) for k in keys], "upserts": upserts, "meta": mc,
             "txn": applier.next_txn(ident, batch_id), "columnar": columnar,
-            # the target's files, for the key range (_key_range) of a table big enough for it to pay
+            # the target's files, for the key range (_key_range) of a table big enough for it to pay, and
+            # the record path's integer key ranges (the rules': no Spark job for them)
             "key_range": facts.files if facts is not None and (facts.rows or 0) >= least else None,
+            "ranges": {have.get(k.lower(), k): r for k, r in meta.get("ranges", {}).items()},
         }
 
     def _merge_all(self, spark: Any, view: str | None, tasks: list[dict], merged: list[bool], batch_id: int) -> None:
@@ -1253,7 +1331,8 @@ class SparkEngine:
             cached = source.persist(StorageLevel.MEMORY_AND_DISK) if converted else source
             try:
                 bounds = ([] if task["key_range"] is None else
-                          _key_range(cached, task["keys"], task["key_range"], self.cfg.sink.merge_key_range_rows))
+                          _key_range(cached, task["keys"], task["key_range"], self.cfg.sink.merge_key_range_rows,
+                                     task["ranges"]))
                 narrowed = functools.reduce(lambda a, b: a & b, bounds, cond)
                 if bounds:
                     self._bounded.add(f"{ident.schema}.{ident.table}")  # (a set: the threads' adds are atomic)
