@@ -322,6 +322,29 @@ def test_commit_consumer_group_offsets_reads_back(
         commit_consumer_group_offsets(f"127.0.0.1:{free_port()}", group, {topic: {"0": 1}}, None, timeout_s=1)
 
 
+def test_a_failed_group_commit_leaves_no_client_behind_printing_to_stderr() -> None:
+    """The offsets' admin client goes with the failed commit: it does not go on retrying the absent broker
+    and printing librdkafka's connection failures to stderr after the job's own ``error:`` line."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, time\n"
+        "from ticdc_delta.errors import BrokerUnavailableError\n"
+        "from ticdc_delta.spark.kafka_source import commit_consumer_group_offsets\n"
+        "try:\n"
+        f"    commit_consumer_group_offsets('127.0.0.1:{free_port()}', 'g', {{'t': {{'0': 1}}}}, timeout_s=1)\n"
+        "except BrokerUnavailableError:\n"
+        "    print('error: the end', file=sys.stderr, flush=True)\n"
+        "time.sleep(3)\n"  # librdkafka retries a refused connection about once a second
+    )
+    err = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60, check=True).stderr.decode()
+    lines = err.strip().splitlines()
+    assert "error: the end" in lines, err
+    after = lines[lines.index("error: the end") + 1:]
+    assert not after, after
+
+
 # -- integration: real streaming queries -----------------------------------------------------------
 
 

@@ -292,16 +292,23 @@ def commit_consumer_group_offsets(
     request = ConsumerGroupTopicPartitions(
         group_id, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
     )
+    error: TicdcDeltaError | None = None
     try:
         futures = admin.alter_consumer_group_offsets([request], request_timeout=timeout_s)
         result = futures[group_id].result(timeout=timeout_s + 5.0)
     except KafkaException as exc:
-        raise _kafka_failure(exc, f"committing offsets of group {group_id!r}", opts) from None
+        error = _kafka_failure(exc, f"committing offsets of group {group_id!r}", opts)
     except concurrent.futures.TimeoutError:
-        raise BrokerUnavailableError(
+        error = BrokerUnavailableError(
             f"Kafka at {bootstrap_servers} did not confirm the offsets of group {group_id!r} within "
             f"{timeout_s:.0f} s"
-        ) from None
+        )
+    finally:
+        # the client goes now, not when a garbage collection finds it: alive, it retries an absent broker
+        # and prints its connection failures to stderr after the job's own error line
+        del admin
+    if error is not None:
+        raise error
     failed = [tp for tp in result.topic_partitions or () if tp.error is not None]
     if failed:
         raise BrokerUnavailableError(
