@@ -75,8 +75,34 @@ def _config(tmp: Path, source: dict[str, Any], **extra: Any) -> Any:
 def _assert_matches(cfg: Any, oracle: Any) -> None:
     diffs = compare_with_oracle(_ConfiguredSink(cfg), oracle, tz=cfg.sink.source_timezone)
     bad = [d.describe() for d in diffs if not d.ok]
-    assert not bad, "\n".join(bad)
+    assert not bad, "\n".join(bad + _what_happened(cfg, [d.name for d in diffs if not d.ok]))
     assert sum(d.actual_rows for d in diffs) > 0
+
+
+def _what_happened(cfg: Any, tables: list[str]) -> list[str]:
+    """For a failed comparison: the job's dead letters and each differing table's commits (operation and
+    schema), so that a failure met once in CI explains itself."""
+    import json
+
+    lines = []
+    try:
+        letters = read_table(cfg.dead_letter_path)
+        lines.append(f"dead letters: {letters.num_rows}: "
+                     f"{letters.select([c for c in ('partition', 'offset', 'error') if c in letters.column_names]).to_pylist()[:5]}")
+    except Exception as exc:  # noqa: BLE001 - a diagnostic: no table is an answer too
+        lines.append(f"dead letters: {str(exc).splitlines()[0][:200]}")
+    for name in tables:
+        schema, table = name.split(".", 1)
+        log = Path(cfg.table_path(schema, table)) / "_delta_log"
+        for commit in sorted(log.glob("*.json")):
+            actions = [json.loads(line) for line in commit.read_text().splitlines() if line.strip()]
+            info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+            meta = next((a["metaData"] for a in actions if "metaData" in a), None)
+            txn = next((a["txn"] for a in actions if "txn" in a), None)
+            fields = ("" if meta is None else " schema " + ", ".join(
+                f"{f['name']}:{f['type']}" for f in json.loads(meta["schemaString"])["fields"]))
+            lines.append(f"{name} {commit.stem}: {info.get('operation')} txn {txn}{fields}"[:1500])
+    return lines
 
 
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
