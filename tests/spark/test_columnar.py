@@ -28,7 +28,8 @@ from ticdc_delta.core.ts_guard import TsGuard
 from ticdc_delta.delta.applier import TableCatalog
 from ticdc_delta.delta.arrow_types import converter_for
 from ticdc_delta.delta.value_check import ValueScreen
-from ticdc_delta.spark.columnar import CHANGE, collapse_changes, columnar_fn, columnar_tables, final_counts
+from ticdc_delta.spark.columnar import (CHANGE, collapse_changes, columnar_fn, columnar_tables, final_counts,
+                                        integer_keys)
 
 from ..core.test_table_rules import _batches, _stream
 
@@ -157,16 +158,25 @@ def test_the_columnar_rows_give_the_record_paths_outcome(seed: int, mode: str) -
 def test_spark_collapses_the_columnar_rows_to_the_last_change_per_key(spark: Any, mode: str) -> None:
     """collapse_changes (Spark's max per key of the apply order) keeps each key's last change, and
     final_counts counts them, over the columnar rows of generated streams."""
-    checked = 0
+    checked = ranged = 0
     for seed in range(2):
         for table, out, whole, _ in _cases(seed, mode):
             frame = spark.createDataFrame(out)
             finals = collapse_changes(frame, table, watermark=mode == WATERMARK)
-            got = _as_finals(table, [r.asDict() for r in finals.collect()])
+            rows = [r.asDict() for r in finals.collect()]
+            got = _as_finals(table, rows)
             assert got == _expected(table, whole)
-            counts = final_counts(finals).first()
+            keys = integer_keys(table)
+            counts = final_counts(finals, keys).first()
+            for name, column in keys:  # each integer key column's range, None where it holds a null
+                values = [r[column] for r in rows]
+                if not values:
+                    continue
+                want = None if None in values else [str(min(values)), str(max(values))]
+                assert counts["ranges"][name] == want, (name, values)
+                ranged += want is not None
             assert (counts["rows"], counts["deleted"]) == (len(got), sum(v[0] == "d" for v in got.values()))
             assert counts["last_ts"] == max((v[2] for v in got.values()), default=None)
             assert counts["width"] == max((len(v[1]) for v in got.values()), default=0)
             checked += len(got)
-    assert checked > 100
+    assert checked > 100 and ranged > 0

@@ -44,7 +44,7 @@ from ..delta.sink import OP_COLUMN, OP_DELETE, OP_UPSERT
 from ..errors import SinkError
 
 __all__ = ["ColumnarTable", "columnar_tables", "columnar_schema", "columnar_fn", "collapse_changes",
-           "final_counts", "merge_source", "CHANGE", "SMALL_KINDS"]
+           "final_counts", "integer_keys", "merge_source", "CHANGE", "SMALL_KINDS"]
 
 CHANGE = "change"
 """The ``_kind`` of a typed change (the other kinds carry a ``_payload``: ``held``, ``rejection``,
@@ -275,14 +275,31 @@ def collapse_changes(conv: Any, table: ColumnarTable, *, watermark: bool) -> Any
             .select(*keys, *(F.col(f"_last.{c}") for c in [*rest, "_op", "_source_op", "_commit_ts", "_width"])))
 
 
-def final_counts(finals: Any) -> Any:
+def final_counts(finals: Any, keys: Sequence[tuple[str, str]] = ()) -> Any:
     """One row of :func:`collapse_changes`' result: ``rows``, ``deleted``, ``last_ts`` (the largest commit
-    ts) and ``width`` (the most columns an image of them holds: the table's columns the MERGE writes)."""
+    ts), ``width`` (the most columns an image of them holds: the table's columns the MERGE writes) and
+    ``ranges``: for each of ``keys`` (``(name, column)``, the integer key columns, :func:`integer_keys`) its
+    least and greatest value as text, or null when one of its values is null — the MERGE's key range
+    without a Spark job of its own."""
     from pyspark.sql import functions as F
 
+    entries = []
+    for name, column in keys:
+        col = F.col(column)
+        entries += [F.lit(name), F.when(F.count(col) == F.count(F.lit(1)),
+                                        F.array(F.min(col).cast("string"), F.max(col).cast("string")))]
     return finals.agg(F.count(F.lit(1)).alias("rows"),
                       F.coalesce(F.sum(F.when(F.col("_op") == OP_DELETE, 1).otherwise(0)), F.lit(0)).alias("deleted"),
-                      F.max("_commit_ts").alias("last_ts"), F.coalesce(F.max("_width"), F.lit(0)).alias("width"))
+                      F.max("_commit_ts").alias("last_ts"), F.coalesce(F.max("_width"), F.lit(0)).alias("width"),
+                      F.create_map(*entries).cast("map<string,array<string>>").alias("ranges"))
+
+
+def integer_keys(table: ColumnarTable) -> list[tuple[str, str]]:
+    """The key columns of ``table`` whose Delta type holds integers (``int64``, BIGINT UNSIGNED's
+    ``decimal(20,0)``), as ``(name, column of collapse_changes' result)``."""
+    at = {c[0]: i for i, c in enumerate(table.columns)}
+    return [(k, f"c{at[k]}") for k in table.key if k in at and (
+        pa.types.is_integer(t := table.types[at[k]]) or pa.types.is_decimal(t) and t.scale == 0)]
 
 
 def merge_source(finals: Any, targets: Iterable[tuple[int, str, Any]], meta: tuple[str, str] | None) -> Any:

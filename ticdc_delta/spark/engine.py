@@ -70,7 +70,8 @@ from ..delta.value_check import ValueScreen
 from ..errors import ConcurrentCommitError, DecodeError, TerminalError
 from ..locations import child_location, fold_name
 from .columnar import (
-    CHANGE, ColumnarTable, collapse_changes, columnar_fn, columnar_schema, columnar_tables, final_counts, merge_source,
+    CHANGE, ColumnarTable, collapse_changes, columnar_fn, columnar_schema, columnar_tables, final_counts, integer_keys,
+    merge_source,
 )
 from .decode import LAYOUT, NAMED_SCHEMA, SPAN, few_tasks, make_decode_fn, spark_ddl
 from .delta_sink import SparkDeltaSink, _quote, _sql_table
@@ -546,8 +547,8 @@ def _key_range(source: Any, keys: Sequence[str], files: pa.Table | None = None, 
     null key, a range would not). They change no match — every source key lies within them — and Delta
     skips the target files whose statistics lie outside them instead of reading every file for matches.
     The bounds are literals of the column's own type (a cast of the target column would keep Delta from
-    skipping). ``known``: key columns whose range is known already (the record path's rules find each
-    integer key column's, ``None`` where it holds a null), used where the column's type holds it; one Spark
+    skipping). ``known``: key columns whose range is known already (each integer key column's, found by the
+    record path's rules or the columnar path's counts; ``None`` where it holds a null), used where the column's type holds it; one Spark
     job over ``source`` finds the others'. ``[]`` when the source is empty or no key column qualifies, or
     when the target's files (``files``, :attr:`~ticdc_delta.delta.sink.TableFacts.files`) lying outside them
     hold fewer than ``least`` rows: bounds that spare the MERGE little (random keys: every file overlaps the
@@ -997,7 +998,8 @@ class SparkEngine:
             finals[ident] = frame.persist(StorageLevel.MEMORY_AND_DISK)
             persisted.append(finals[ident])
         counts = functools.reduce(lambda a, b: a.unionByName(b), [
-            final_counts(frame).select(F.lit(schema).alias("schema"), F.lit(table).alias("table"), "*")
+            final_counts(frame, integer_keys(columnar[(schema, table)])).select(
+                F.lit(schema).alias("schema"), F.lit(table).alias("table"), "*")
             for (schema, table), frame in finals.items()])
         metas = {}
         for r in counts.collect():
@@ -1010,7 +1012,10 @@ class SparkEngine:
             views.append(view)
             metas[ident] = {"keys": table.key, "col_types": [(n, (t, f)) for n, t, f in table.columns[:r["width"]]],
                             "rows": r["rows"], "deleted": r["deleted"], "last_ts": r["last_ts"],
-                            "columnar": (view, table)}
+                            "columnar": (view, table),
+                            # each integer key column's range (None: it holds a null), for the key range
+                            "ranges": {k: None if v is None else (int(v[0]), int(v[1]))
+                                       for k, v in (r["ranges"] or {}).items()}}
         return metas
 
     def _group_rules(self, spark: Any, rows: Any, split: dict[tuple[str, str], int], job: _TableJob) -> Any:
@@ -1244,7 +1249,7 @@ class SparkEngine:
             "keys": [have.get(k.lower(), k) for k in keys], "upserts": upserts, "meta": mc,
             "txn": applier.next_txn(ident, batch_id), "columnar": columnar,
             # the target's files, for the key range (_key_range) of a table big enough for it to pay, and
-            # the record path's integer key ranges (the rules': no Spark job for them)
+            # the integer key ranges found as the changes were collapsed (no Spark job for them)
             "key_range": facts.files if facts is not None and (facts.rows or 0) >= least else None,
             "ranges": {have.get(k.lower(), k): r for k, r in meta.get("ranges", {}).items()},
         }
