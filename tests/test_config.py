@@ -86,6 +86,7 @@ def test_minimal_config_gets_the_documented_defaults(tmp_path: Path) -> None:
     assert cfg.sink.source_timezone == "UTC"
     assert cfg.tables == []
     assert cfg.trigger_interval == "10 seconds" and cfg.trigger_interval_seconds == 10.0
+    assert cfg.batch_timeout is None and cfg.batch_timeout_seconds is None
     assert cfg.log_level == "INFO"
     assert cfg.spark.master is None and cfg.spark.conf == {}
     assert cfg.ddl.drop_table == "ignore" and cfg.ddl.add_column == "evolve" and cfg.ddl.unknown == "fail"
@@ -187,6 +188,13 @@ def test_trigger_interval(value: Any, text: str, seconds: float) -> None:
     cfg = config_from_mapping(_cfg(trigger_interval=value), env={})
     assert cfg.trigger_interval == text
     assert cfg.trigger_interval_seconds == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("30 minutes", 1800.0), ("1 hour 30 minutes", 5400.0), (90, 90.0),
+                                               (None, None)])
+def test_batch_timeout(value: Any, seconds: float | None) -> None:
+    cfg = config_from_mapping(_cfg(batch_timeout=value), env={})
+    assert cfg.batch_timeout_seconds == seconds
 
 
 def test_log_level_is_normalised() -> None:
@@ -435,6 +443,10 @@ ERROR_CASES = [
     ({"trigger_interval": "10 secs"}, r"trigger_interval: expected an interval such as \"10 seconds\""),
     ({"trigger_interval": "soon"}, r"trigger_interval: expected an interval"),
     ({"trigger_interval": -1}, r"trigger_interval: must not be negative"),
+    ({"batch_timeout": 0}, r"batch_timeout: must be longer than 0 \(null turns the watchdog off\)"),
+    ({"batch_timeout": "0 seconds"}, r"batch_timeout: must be longer than 0"),
+    ({"batch_timeout": "a while"}, r"batch_timeout: expected an interval"),
+    ({"batch_timeout": True}, r"batch_timeout: expected an interval"),
     ({"log_level": "LOUD"}, r"log_level: Input should be 'DEBUG', 'INFO', 'WARNING', 'ERROR' or 'CRITICAL'"),
     ({"spark.master": ""}, r"spark\.master: must not be empty"),
     ({"spark.conf": {"spark.x": [1]}}, r'spark\.conf\["spark\.x"\]: expected a string, number or boolean'),

@@ -770,6 +770,7 @@ class JobConfig(_Model):
     dead_letter: DeadLetterConfig = DeadLetterConfig()
     checkpoint: Location
     trigger_interval: Annotated[str, BeforeValidator(_trigger_interval)] = "10 seconds"
+    batch_timeout: Annotated[str, BeforeValidator(_trigger_interval)] | None = None
     log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_log_level)] = (
         "INFO"
     )
@@ -782,6 +783,13 @@ class JobConfig(_Model):
     def _check_changefeed(cls, value: str) -> str:
         if not _NAME_RE.match(value):
             raise ValueError("must be non-empty and hold only letters, digits, '_', '.' and '-'")
+        return value
+
+    @field_validator("batch_timeout")
+    @classmethod
+    def _check_batch_timeout(cls, value: str | None) -> str | None:
+        if value is not None and _interval_seconds(value) <= 0:
+            raise ValueError("must be longer than 0 (null turns the watchdog off)")
         return value
 
     @model_validator(mode="after")
@@ -819,6 +827,11 @@ class JobConfig(_Model):
     def trigger_interval_seconds(self) -> float:
         """``trigger_interval`` in seconds."""
         return _interval_seconds(self.trigger_interval)
+
+    @property
+    def batch_timeout_seconds(self) -> float | None:
+        """``batch_timeout`` in seconds, ``None`` when the watchdog is off."""
+        return None if self.batch_timeout is None else _interval_seconds(self.batch_timeout)
 
     def table_mapping_for(self, schema: str, table: str) -> TableMapping | None:
         """The ``tables:`` entry for ``schema.table``: the first exact entry, else the first wildcard

@@ -52,7 +52,8 @@ log = logging.getLogger(__name__)
 progress_log = logging.getLogger("ticdc_delta.progress")
 
 FAULT_ENV = "TICDC_DELTA_FAULT"
-"""Fault injection for tests: ``stage@batch[:kill]`` (e.g. ``after_merge@2:kill``). Stages:
+"""Fault injection for tests: ``stage@batch[:kill|:hang]`` (e.g. ``after_merge@2:kill``; ``hang``: the batch
+never ends). Stages:
 ``after_decode``, ``after_dead_letter``, ``after_merge`` (after the first table commit of the batch),
 ``before_state``, ``after_state``."""
 
@@ -234,6 +235,9 @@ class BatchHandler:
         if name == stage and at.isdigit() and int(at) == batch_id:
             if how == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
+            if how == "hang":  # a batch that never ends (batch_timeout's watchdog ends the process)
+                while True:
+                    time.sleep(3600)
             raise InjectedFault(f"injected fault at {stage} of batch {batch_id}")
 
     # --- the batch -----------------------------------------------------------------------------------

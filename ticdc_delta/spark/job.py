@@ -164,6 +164,7 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
         TicdcDeltaError: typed failures (transient ones are worth a retry).
     """
     from .kafka_source import ConsumerGroupMirror, read_kafka_stream
+    from .watchdog import BatchWatchdog, watched
 
     spark = spark or spark_for(cfg)
     _check_checkpoint_filesystem(spark, cfg.checkpoint.rstrip("/") + "/spark")
@@ -178,8 +179,10 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
         fail_on_data_loss=cfg.source.fail_on_data_loss,
     )
     query_name = f"ticdc_delta_{cfg.changefeed}".replace("-", "_").replace(".", "_")
+    timeout = cfg.batch_timeout_seconds
+    watchdog = BatchWatchdog(timeout) if timeout is not None else None
     writer = (
-        df.writeStream.foreachBatch(handler)
+        df.writeStream.foreachBatch(handler if watchdog is None else watched(handler, watchdog))
         .option("checkpointLocation", cfg.checkpoint.rstrip("/") + "/spark")
         .queryName(query_name)
     )
@@ -216,6 +219,8 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
             # the listener bus is asynchronous: the last batch's progress may not have reached it yet
             commit_progress(mirror, query.lastProgress)
     finally:
+        if watchdog is not None:
+            watchdog.stop()
         if listener is not None:
             drain_listener_bus(spark)
             spark.streams.removeListener(listener)
