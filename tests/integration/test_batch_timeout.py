@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 # far above a batch of this small stream, also in a slow hour (the spark engine's first batch in a fresh JVM
 # took over 30 s in one: its first MERGEs and the staging table's creation)
-TIMEOUT_S = {"delta-rs": 30, "spark": 150}
+TIMEOUT_S = {"delta-rs": 20, "spark": 150}
 
 
 def _run(cfg_path: Path, fault: str | None) -> subprocess.Popen[str]:
