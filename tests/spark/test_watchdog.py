@@ -90,10 +90,8 @@ def test_the_default_action_ends_the_process_with_75_and_one_error_line() -> Non
         "time.sleep(120)\n"
         "print('not reached')\n"
     )
-    started = time.monotonic()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(REPO), timeout=60)
     assert done.returncode == EXIT_RETRYABLE, done.stderr
-    assert time.monotonic() - started < 30
     assert "not reached" not in done.stdout
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: micro-batch 7 still running after ") and "batch_timeout 0.5 s" in last, done.stderr
