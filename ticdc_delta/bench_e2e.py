@@ -467,10 +467,10 @@ def run_e2e(*, events: int = 1_000_000, partitions: int = 4, max_offsets: int = 
             print(f"spark    : master {spark.sparkContext.master}, {len(os.sched_getaffinity(0))} of this "
                   f"machine's {os.cpu_count()} cores")
             # warm up: JVM, Python workers and their imports, so the figures below are steady-state
-            warm = "bench-warmup"
-            broker.create_topic(warm, partitions=len(per_part))
-            broker.produce_many(warm, ((p, None, per_part[p][0]) for p in range(len(per_part))))
-            _source_rate(spark, broker, warm, work / "warm")
+            warm_topic = "bench-warmup"
+            broker.create_topic(warm_topic, partitions=len(per_part))
+            broker.produce_many(warm_topic, ((p, None, per_part[p][0]) for p in range(len(per_part))))
+            _source_rate(spark, broker, warm_topic, work / "warm")
             if source:
                 n, secs = _source_rate(spark, broker, topic, work)
                 print(f"source   : {n:,} messages in {secs:.1f} s = {n / secs:,.0f} messages/s (raw Kafka read)")

@@ -134,7 +134,7 @@ def run_heap(*, engines: Sequence[str] = ENGINES, tables: int = 4, changes: int 
             rc = 1
             continue
         heap, sessions, rss = (_growth(fig["samples"], k) for k in ("heap", "sessions", "rss"))
-        growth = ("too few samples" if heap is None else
+        growth = ("too few samples" if heap is None or sessions is None or rss is None else
                   f"JVM heap {heap / 2**20:+.1f} MiB, sessions {sessions:+.1f}, Python RSS {rss / 2**20:+.1f} MiB "
                   f"per 100 batches")
         print(f"  {engine}: {fig['batches']} batches; {growth}; tables {'OK' if fig['ok'] else 'MISMATCH'}")

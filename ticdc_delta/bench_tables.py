@@ -75,7 +75,7 @@ def measure_tables(*, scheduler: str, tables: int, busy: int, changes: int, roun
     runs: dict[str, Any] = {}
     try:
         with LocalBroker() as broker:
-            conf = {"spark": {"conf": {"spark.scheduler.mode": scheduler}}}
+            conf: dict[str, Any] = {"spark": {"conf": {"spark.scheduler.mode": scheduler}}}
             spark = spark_for(_config(broker, "unused", work, "session", 1, **conf))
             mode = spark.sparkContext.getConf().get("spark.scheduler.mode", "FIFO")
             print(f"tables: scheduler {mode}, master {spark.sparkContext.master}; per round {tables} tables × "

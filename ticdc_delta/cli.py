@@ -11,6 +11,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Sequence
 
 from .errors import TicdcDeltaError
@@ -251,6 +252,7 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workdir", default=None, help="where the lake, checkpoint and config go (default: a temp dir)")
     demo.set_defaults(func=_cmd_demo)
 
+    simulator_cli: ModuleType | None
     try:
         from .simulator import cli as simulator_cli
     except ImportError:  # pragma: no cover - the simulator is part of the package

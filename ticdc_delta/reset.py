@@ -117,7 +117,7 @@ def plan_reset(
             raise ValueError(f"offsets name topic(s) {unknown} the job does not read (source topics: {cfg.topics})")
     # kept: what describes the Delta tables (types, DDL taken, snapshot seams, counters); with --from state
     # also where the held rows are (the spark engine keeps them in its staging table, by batch)
-    kept = ("catalog", "applied_ddl", "tables", "totals", "snapshots")
+    kept: tuple[str, ...] = ("catalog", "applied_ddl", "tables", "totals", "snapshots")
     kept += ("staging_batch", "staging_app", "held_layouts") if keep_position else ()
     new_meta = {k: v for k, v in meta.items() if k in kept}
     new_meta["epoch"] = epoch

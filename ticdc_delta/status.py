@@ -32,7 +32,7 @@ def collect_status(cfg: JobConfig, *, now: float | None = None) -> dict[str, Any
     state = store.load()
     if state is None:
         return {"changefeed": cfg.changefeed, "batch_id": None, "tables": {}, "watermarks": {}, "rows_held": 0}
-    held = Counter()
+    held: Counter[str] = Counter()
     for payload in state.held:
         rec = load_record(payload)
         held[f"{rec.schema}.{rec.table}"] += 1

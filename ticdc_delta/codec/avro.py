@@ -716,7 +716,7 @@ def _primitive(ftype: Any) -> str | None:
 def _wire_fields(fields: list[Any]) -> tuple[tuple[str, str, int | None], ...] | None:
     """``(field, primitive, null branch)`` per field of a record, or ``None`` if one is not a primitive or
     a union of null and a primitive (the fast reader reads nothing else)."""
-    out = []
+    out: list[tuple[str, str, int | None]] = []
     for field in fields:
         ftype = field.get("type")
         null_branch = None
@@ -1000,8 +1000,8 @@ def _column_targets(plan: _Plan, env: dict[str, Any]) -> tuple[dict[str, tuple[s
 
 
 _new_object = object.__new__
-_set_layout = Image._layout.__set__  # type: ignore[attr-defined]
-_set_values = Image._values.__set__  # type: ignore[attr-defined]
+_set_layout = Image._layout.__set__  # type: ignore[attr-defined,misc]  # (a slot's descriptor)
+_set_values = Image._values.__set__  # type: ignore[attr-defined,misc]
 # ``Image(layout, values)`` without its length check and Python-level ``__init__`` (about 40 % of an
 # Image's cost), for values the generated readers build from that very layout
 _IMAGE_SOURCE = ["image = ONEW(Image)", "SETL(image, LAYOUT)", "SETV(image, {values})"]
@@ -1594,6 +1594,7 @@ def _column_params(
             the precision.
     """
     out: dict[tuple[str, str, str], _ColumnParams] = {}
+    members: tuple[str, ...] | None
     for key, elements in (enum_elements or {}).items():
         members = _members(elements, f"enum_elements[{key!r}]")
         out[_params_key(key, "enum_elements")] = _ColumnParams(None, None, members)

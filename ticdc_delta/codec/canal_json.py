@@ -405,7 +405,7 @@ _MAX_ORDERS = 8  # column orders remembered per layout (TiCDC and Canal always w
 _MAX_GENERATED_COLUMNS = 255  # wider rows use the generic loop
 
 
-def _text_or_null(v: Any) -> None:
+def _text_or_null(v: Any) -> str | None:
     """The value of a text column that is not a string: NULL, or an error (TypeError, see explain)."""
     if v is None:
         return None

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from enum import IntEnum, IntFlag
 from functools import partial
-from typing import Any, Iterator, NamedTuple, Sequence, Union, overload
+from typing import Any, Iterator, Literal, NamedTuple, Sequence, Union, overload
 
 __all__ = [
     "ColumnFlag",
@@ -275,6 +275,8 @@ class ImageLayout:
     types: tuple[int, ...]
     flags: tuple[ColumnFlag, ...]
     int_flags: tuple[int, ...]
+    _key_names: tuple[str, ...]
+    _hash: int
 
     def __init__(self, names: Sequence[str], types: Sequence[int], flags: Sequence[int]) -> None:
         names, types, int_flags = tuple(names), tuple(map(int, types)), tuple(map(int, flags))
@@ -302,17 +304,17 @@ class ImageLayout:
     def __eq__(self, other: object) -> bool:
         if self is other:
             return True
-        if other.__class__ is not ImageLayout:
+        if not isinstance(other, ImageLayout):  # (a final class: no subclass to tell apart)
             return NotImplemented
-        return (  # type: ignore[no-any-return]
-            self._hash == other._hash  # type: ignore[attr-defined]
-            and self.names == other.names  # type: ignore[attr-defined]
-            and self.types == other.types  # type: ignore[attr-defined]
-            and self.int_flags == other.int_flags  # type: ignore[attr-defined]
+        return (
+            self._hash == other._hash
+            and self.names == other.names
+            and self.types == other.types
+            and self.int_flags == other.int_flags
         )
 
     def __hash__(self) -> int:
-        return self._hash  # type: ignore[no-any-return]
+        return self._hash
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ImageLayout, (self.names, self.types, self.int_flags))
@@ -323,7 +325,7 @@ class ImageLayout:
     @property
     def key_names(self) -> tuple[str, ...]:
         """Names of the handle-key columns (:attr:`Column.is_key`), in order."""
-        return self._key_names  # type: ignore[no-any-return]
+        return self._key_names
 
 
 class Image(Sequence[Column]):
@@ -535,7 +537,10 @@ class RowChange(NamedTuple):
     old: ColumnImage | None
     source: DecodeContext = NO_CONTEXT
 
-    kind = "row"
+    @property
+    def kind(self) -> Literal["row"]:
+        """``"row"`` (a class attribute: see below the class)."""
+        return "row"
 
     def new_values(self) -> dict[str, Any] | None:
         """The new image as ``{name: value}``, or ``None``."""
@@ -553,6 +558,9 @@ class RowChange(NamedTuple):
         return tuple(c.name for c in image or () if c.is_key)
 
 
+RowChange.kind = "row"  # type: ignore[assignment]  # faster than the property mypy reads
+
+
 class DDLEvent(NamedTuple):
     """A DDL statement run upstream. ``table`` is ``""`` when the DDL names none."""
 
@@ -563,7 +571,13 @@ class DDLEvent(NamedTuple):
     ddl_type: int | None = None
     source: DecodeContext = NO_CONTEXT
 
-    kind = "ddl"
+    @property
+    def kind(self) -> Literal["ddl"]:
+        """``"ddl"`` (a class attribute: see below the class)."""
+        return "ddl"
+
+
+DDLEvent.kind = "ddl"  # type: ignore[assignment]  # faster than the property mypy reads
 
 
 class ResolvedEvent(NamedTuple):
@@ -572,7 +586,13 @@ class ResolvedEvent(NamedTuple):
     commit_ts: int
     source: DecodeContext = NO_CONTEXT
 
-    kind = "resolved"
+    @property
+    def kind(self) -> Literal["resolved"]:
+        """``"resolved"`` (a class attribute: see below the class)."""
+        return "resolved"
+
+
+ResolvedEvent.kind = "resolved"  # type: ignore[assignment]  # faster than the property mypy reads
 
 
 Event = Union[RowChange, DDLEvent, ResolvedEvent]

@@ -567,6 +567,7 @@ class OpenProtocolDecoder:
         append = events.append
         image = self._fast_image
         parse_key, parse_value = _fast_key, _fast_value
+        event: tuple[Any, ...]  # a RowChange's fields
         try:
             for k, v in zip(keys, values):
                 head = parse_key(k)  # type: ignore[misc]

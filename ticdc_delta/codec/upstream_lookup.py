@@ -464,8 +464,8 @@ class UpstreamLookup:
             for stmt, params in setup:
                 self._query(conn, stmt, params)
             self._snapshot = commit_ts
-        params = [v for _, v in key if v is not None]
-        names, rows = self._query_described(conn, sql, params)
+        args = [v for _, v in key if v is not None]
+        names, rows = self._query_described(conn, sql, args)
         self.lookups += 1
         if not rows:
             raise _Missing(

@@ -107,8 +107,9 @@ class KeyResolver:
             return found
         # The image's own flags win: after a key-changing DDL the row events flag the new key.
         shape = tuple(map(_COLUMN, image))
-        flagged = self._flagged.get(shape, False)
-        if flagged is False:
+        if shape in self._flagged:
+            flagged = self._flagged[shape]
+        else:
             flagged = self._flagged[shape] = flagged_key(shape)
         if flagged is not None:
             self._known[ident] = flagged

@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import pickle
 from contextlib import contextmanager
-from typing import Any, Iterator, NamedTuple, Union
+from typing import Any, Iterator, Literal, NamedTuple, Union
 
 from ..codec.model import DDLEvent, Image, RowChange
 
@@ -51,7 +51,13 @@ class ChangeRecord(NamedTuple):
     new: tuple[ColumnTuple, ...] | None
     old: tuple[ColumnTuple, ...] | None
 
-    kind = "row"
+    @property
+    def kind(self) -> Literal["row"]:
+        """``"row"`` (a class attribute: see below the class)."""
+        return "row"
+
+
+ChangeRecord.kind = "row"  # type: ignore[assignment]  # faster than the property mypy reads
 
 
 class DDLRecord(NamedTuple):
@@ -67,11 +73,17 @@ class DDLRecord(NamedTuple):
     query: str
     ddl_type: int | None
 
-    kind = "ddl"
+    @property
+    def kind(self) -> Literal["ddl"]:
+        """``"ddl"`` (a class attribute: see below the class)."""
+        return "ddl"
 
     def identity(self) -> tuple[Any, ...]:
         """What makes two broadcast copies of one DDL the same DDL."""
         return (self.commit_ts, self.schema, self.table, self.query)
+
+
+DDLRecord.kind = "ddl"  # type: ignore[assignment]  # faster than the property mypy reads
 
 
 Record = Union[ChangeRecord, DDLRecord]
@@ -188,7 +200,7 @@ def record_of_values(fields: tuple[Any, ...], layout: Any) -> ChangeRecord:
     n = (new is not None) + (old is not None)
     if layout is None or not (len(layout) == n or (n == 2 and len(layout) == 1)):
         raise ValueError(f"row {fields[:5]}: no layout of its images")
-    images = []
+    images: list[tuple[ColumnTuple, ...] | None] = []
     for values, at in ((new, 0), (old, -1)):
         if values is None:
             images.append(None)

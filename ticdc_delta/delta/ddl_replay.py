@@ -234,9 +234,9 @@ class DDLReplayer:
                     )
                 log.warning("ignoring unclassified DDL at commit ts %s (%s): %s", rec.commit_ts, reason, rec.query)
                 continue
-            table = getattr(change, "table", None)
-            if table and not applier.options(getattr(change, "schema", rec.schema), table).enabled:
-                log.info("table %s.%s is disabled in the mapping: skipping %r", change.schema, table, rec.query)
+            table, schema = getattr(change, "table", None), getattr(change, "schema", rec.schema)
+            if table and not applier.options(schema, table).enabled:
+                log.info("table %s.%s is disabled in the mapping: skipping %r", schema, table, rec.query)
                 continue
             if policy == "fail":
                 raise DDLPolicyError(
@@ -284,7 +284,7 @@ class DDLReplayer:
         if isinstance(change, d.RenameTable):
             new = TableIdent(change.new_schema, change.new_table)
             sink.table_path(*new)  # IdentifierError before anything moves: no location can hold the new name
-            applier.catalog.rename_table(tuple(ident), tuple(new))
+            applier.catalog.rename_table((ident.schema, ident.table), (new.schema, new.table))
             moved = bool(sink.move(ident, new))
             applier.carry_steps(ident, new)
             return moved
@@ -333,7 +333,7 @@ class DDLReplayer:
                 log.warning("CREATE TABLE %s.%s LIKE %s.%s: the source table has no Delta table yet; "
                             "the first rows will create it", *ident, *change.like)
                 return False
-            applier.catalog.copy_table(tuple(change.like), tuple(ident))
+            applier.catalog.copy_table(change.like, (ident.schema, ident.table))
             schema = like
         else:
             fields = []

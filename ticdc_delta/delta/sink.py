@@ -307,6 +307,40 @@ class TableSink(Protocol):
         """
         ...
 
+    def table_facts(self, ident: TableIdent) -> TableFacts | None:
+        """The table's schema, row count and files' statistics from its log; ``None`` when it is missing.
+
+        Raises:
+            SinkError: the table cannot be read.
+        """
+        ...
+
+    def rewrite(self, ident: TableIdent, transform: Callable[[pa.Table], pa.Table], txn: Txn) -> bool:
+        """Replace the table's rows and schema with ``transform(current rows)`` in one commit; ``True``
+        unless already done.
+
+        Raises:
+            SinkError: the table is missing, or the new rows cannot be written.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        ...
+
+    def move(self, old: TableIdent, new: TableIdent) -> bool:
+        """Move a table to the location of another name (RENAME TABLE); ``True`` when it moved.
+
+        Raises:
+            SinkError: the new location is taken, or the files cannot be moved.
+        """
+        ...
+
+    def tables_in_schema(self, schema: str) -> list[TableIdent]:
+        """The Delta tables of an upstream schema (for DROP DATABASE).
+
+        Raises:
+            SinkError: the location cannot be listed.
+        """
+        ...
+
 
 def quote_identifier(name: str) -> str:
     """A column name as a delta-rs (DataFusion SQL) identifier: backticks, embedded backticks doubled."""
@@ -914,7 +948,7 @@ class DeltaRsSink:
             if dt is not None and already_applied(dt, txn):
                 return MergeStats(version=dt.version(), skipped=True)
             data = rows if dt is None else self._conform(rows, _arrow_schema(dt), path, fill_missing=True)
-            write_deltalake(
+            write_deltalake(  # type: ignore[call-overload]  # (its overloads refuse writer_properties=None)
                 dt if dt is not None else path,
                 data,
                 mode="append",
@@ -1024,7 +1058,7 @@ class DeltaRsSink:
                 return False
             new = rows(dt, path)
             parts = [c for c in dt.metadata().partition_columns if c in new.column_names]
-            write_deltalake(
+            write_deltalake(  # type: ignore[call-overload]  # (its overloads refuse writer_properties=None)
                 dt,
                 new,
                 mode="overwrite",

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from sqlglot import exp
 from sqlglot.dialects.mysql import MySQL
@@ -96,7 +96,7 @@ class TiDBDialect(MySQL):
         # RENAME is a statement this dialect parses (see Parser._parse_rename_tables), not an opaque command.
         COMMANDS = MySQL.Tokenizer.COMMANDS - {TokenType.RENAME}
 
-    class Parser(MySQL.Parser):
+    class Parser(MySQL.Parser):  # type: ignore[misc,valid-type]  # (sqlglot builds its dialects' classes)
         STATEMENT_PARSERS = {
             **MySQL.Parser.STATEMENT_PARSERS,
             TokenType.RENAME: lambda self: self._parse_rename_tables(),
@@ -153,7 +153,7 @@ _BLOB_SIZES = ((255, TypeCode.TINYBLOB), (65535, TypeCode.BLOB), (16777215, Type
 _D = exp.DataType.Type
 
 # sqlglot type -> (TiCDC type code, unsigned, binary string, MySQL type name)
-_TYPES: dict[exp.DataType.Type, tuple[TypeCode, bool, bool, str]] = {
+_TYPES: dict[Any, tuple[TypeCode, bool, bool, str]] = {  # (keys: exp.DataType.Type members)
     _D.TINYINT: (TypeCode.TINYINT, False, False, "tinyint"),
     _D.UTINYINT: (TypeCode.TINYINT, True, False, "tinyint"),
     _D.BOOLEAN: (TypeCode.TINYINT, False, False, "tinyint"),

@@ -806,7 +806,9 @@ class Scenario:
             self._txn.extend(events)
             return self._txn_ts
         self._dispatch(events)
-        return events[0].commit_ts  # type: ignore[no-any-return]
+        ts = events[0].commit_ts
+        assert ts is not None  # noqa: S101 - the simulator's row events carry their commit ts
+        return ts
 
     def _dispatch(self, events: Sequence[RowChange]) -> None:
         labels = self.rules.enum_as_label
@@ -967,7 +969,8 @@ class Scenario:
             t.schema, t.table = change.new_schema, change.new_table
             self._add(t)
             return
-        t = self._require(change.schema, change.table, type(change).__name__)
+        # every change left names a table (the base class declares no schema or table)
+        t = self._require(getattr(change, "schema"), getattr(change, "table"), type(change).__name__)
         if isinstance(change, d.DropTable):
             self._gone(t, "drop_table", ts)
         elif isinstance(change, d.TruncateTable):

@@ -492,7 +492,7 @@ def read_export(location: str) -> DumplingExport:
             continue
         stem = max((s for s in tables if name.startswith(s + ".")), key=len, default=None)
         m = _DATA_NAME.match(name[len(stem):]) if stem is not None else None
-        if m is None:
+        if m is None or stem is None:
             continue  # not a data file of a known table (Dumpling writes views as *-schema-view.sql)
         suffix = m.group(3)
         compression = None

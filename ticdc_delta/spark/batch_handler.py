@@ -148,7 +148,7 @@ class BatchHandler:
         self.sink = _ConfiguredSink(cfg)
         self.dead_letters = _DeadLetterSink(
             cfg.dead_letter_path,
-            paths={tuple(DEAD_LETTER_IDENT): cfg.dead_letter_path},
+            paths={(DEAD_LETTER_IDENT.schema, DEAD_LETTER_IDENT.table): cfg.dead_letter_path},
             storage_options=cfg.sink.storage_options or None,
         )
         self.store = StateStore(

@@ -189,7 +189,7 @@ def columnar_fn(job: Any, table: ColumnarTable) -> Callable[[Iterator[pa.RecordB
                         meta.append((CHANGE, *coords, OP_DELETE, Op.DELETE, len(old), None, None, None))
                         typed.append(old_values)  # type: ignore[arg-type]
                         continue
-                    if old is not None and len(old) > last_key and any(old[i] != new[i] for i in key_at):
+                    if old is not None and len(old) > last_key and any(old[i] != new[i] for i in key_at or ()):
                         # the key changed: the row under the old key is gone (core.merge.collapse)
                         meta.append((CHANGE, *coords, OP_DELETE, Op.DELETE, len(old), None, None, None))
                         typed.append(old_values)  # type: ignore[arg-type]
@@ -268,7 +268,7 @@ def collapse_changes(conv: Any, table: ColumnarTable, *, watermark: bool) -> Any
     key_at = table.key_at or ()
     keys = [f"c{i}" for i in key_at]
     rest = [f"c{i}" for i in range(len(table.columns)) if i not in key_at]
-    order = [*([F.coalesce(F.col("_commit_ts"), F.lit(0)).alias("_ts")] if watermark else []),
+    order: list[Any] = [*([F.coalesce(F.col("_commit_ts"), F.lit(0)).alias("_ts")] if watermark else []),
              "_topic", "_partition", "_offset", "_idx"]
     last = F.max(F.struct(*order, *rest, "_op", "_source_op", "_commit_ts", "_width"))
     return (conv.filter(F.col("_kind") == CHANGE).groupBy(*keys).agg(last.alias("_last"))

@@ -158,7 +158,7 @@ def decode_messages(
     for topic, part, off, key, value in zip(topics, partitions, offsets, keys, values):
         try:
             events = decoder.decode(key, value, DecodeContext(topic, part, off))
-            rows = []
+            rows: list[tuple[int, str, int | None, bytes | None, tuple[str, str] | None, Any]] = []
             for idx, ev in enumerate(events):
                 ts = ev.commit_ts
                 if ts is not None and not 0 <= ts <= _MAX_LONG:
@@ -195,8 +195,8 @@ def decode_messages(
             continue
         if not rows:  # a message without events (e.g. an empty Open Protocol batch): keep its offset
             emit(topic, part, off, 0, "empty", None, None)
-        for idx, kind, ts, payload, name, routing in rows:
-            emit(topic, part, off, idx, kind, ts, payload, name=name, routing=routing)
+        for idx, kind, ts, data, name, routing in rows:
+            emit(topic, part, off, idx, kind, ts, data, name=name, routing=routing)
     return out
 
 

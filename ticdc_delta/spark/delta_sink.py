@@ -394,7 +394,7 @@ class SparkDeltaSink:
             dt = self._require(ident)
             if already_applied(dt, txn):
                 return []
-            existing = {f.name.lower(): f for f in dt.schema().to_arrow()}
+            existing = {f.name.lower(): f for f in pa.schema(dt.schema().to_arrow())}
             new: list[pa.Field] = []
             for f in wanted:
                 have = existing.get(f.name.lower())

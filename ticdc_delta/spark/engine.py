@@ -445,7 +445,7 @@ def _with_buckets(rows: Any, split: dict[tuple[str, str], int], slots: list[int]
                       .cast("int").alias("slot"))
 
 
-def _span(spans: dict[str, list[int] | str | None], name: str, type_code: int, value: Any) -> None:
+def _span(spans: dict[str, Any], name: str, type_code: int, value: Any) -> None:
     """Widen key column ``name``'s ``[least, greatest, images]`` in ``spans`` by ``value``: ``None`` once it
     holds a null (the MERGE leaves it unbounded), ``"other"`` for a value that is no integer of an integer
     type (a Spark job finds its range, :func:`_key_range`)."""
@@ -470,7 +470,7 @@ def _span(spans: dict[str, list[int] | str | None], name: str, type_code: int, v
             found[1] = v
 
 
-def _key_ranges(spans: dict[str, list[int] | str | None], keys: Sequence[str], changes: int
+def _key_ranges(spans: Mapping[str, Any], keys: Sequence[str], changes: int
                 ) -> dict[str, tuple[int, int] | None]:
     """The meta's ``ranges`` from :func:`_span`'s ``spans`` of a segment's ``changes`` final changes: the
     least and greatest value of each integer key column that every image holds, ``None`` for one that holds
@@ -559,7 +559,8 @@ def _key_range(source: Any, keys: Sequence[str], files: pa.Table | None = None, 
     types = {f.name: f.dataType for f in source.schema}
     usable = [k for k in keys if isinstance(types.get(k), (IntegralType, DecimalType, StringType))]
     known = known or {}
-    ranges = {k: known[k] for k in usable if known.get(k) is not None and _holds(types[k], known[k])}
+    ranges: dict[str, tuple[Any, Any]] = {k: span for k in usable
+                                          if (span := known.get(k)) is not None and _holds(types[k], span)}
     ask = [k for k in usable if k not in ranges and not (k in known and known[k] is None)]
     if ask:
         aggs = [F.count(F.lit(1)).alias("n")]
@@ -1322,7 +1323,7 @@ class SparkEngine:
         columns = [f.name for f in arrow if f.name != OP_COLUMN]
         cond = F.expr(" AND ".join(f"t.{_quote(k)} <=> s.{_quote(k)}" for k in task["keys"]))
         op = f"s.{_quote(OP_COLUMN)}"
-        assign = {_quote(c): f"s.{_quote(c)}" for c in columns}
+        assign: dict[str, str | Any] = {_quote(c): f"s.{_quote(c)}" for c in columns}
         txn: Txn = task["txn"]
 
         def attempt() -> None:

@@ -271,7 +271,7 @@ def commit_consumer_group_offsets(
         try:
             end_offsets = json.loads(end_offsets)
         except ValueError:
-            raise TypeError(f"end_offsets is not JSON: {end_offsets[:100]!r}") from None
+            raise TypeError(f"end_offsets is not JSON: {str(end_offsets)[:100]!r}") from None
     try:
         offsets = _from_json(end_offsets, "end")
     except ConfigError as exc:
