@@ -107,9 +107,9 @@ class KeyResolver:
             return found
         # The image's own flags win: after a key-changing DDL the row events flag the new key.
         shape = tuple(map(_COLUMN, image))
-        if shape in self._flagged:
+        try:  # (one lookup per row once the layout is known)
             flagged = self._flagged[shape]
-        else:
+        except KeyError:
             flagged = self._flagged[shape] = flagged_key(shape)
         if flagged is not None:
             self._known[ident] = flagged

@@ -89,6 +89,7 @@ __all__ = [
     "already_applied",
     "cast_column",
     "cast_columns",
+    "table_arrow_schema",
 ]
 
 log = logging.getLogger(__name__)
@@ -532,7 +533,8 @@ def cast_columns(types: Mapping[str, pa.DataType]) -> Callable[[pa.Table], pa.Ta
     return cast
 
 
-def _arrow_schema(dt: DeltaTable) -> pa.Schema:
+def table_arrow_schema(dt: DeltaTable) -> pa.Schema:
+    """The current schema of a delta-rs table, as an Arrow schema."""
     return pa.schema(dt.schema().to_arrow())
 
 
@@ -745,7 +747,7 @@ class DeltaRsSink:
             dt = self._load(path)
             if dt is None:
                 return None
-            schema = _arrow_schema(dt)
+            schema = table_arrow_schema(dt)
             if not stats:
                 return TableFacts(schema, None)
             files = _file_stats(pa.table(dt.get_add_actions(flatten=False)), dt)
@@ -819,7 +821,7 @@ class DeltaRsSink:
             dt = self._require(path)
             if already_applied(dt, txn):
                 return []
-            existing = {f.name.lower(): f for f in _arrow_schema(dt)}
+            existing = {f.name.lower(): f for f in table_arrow_schema(dt)}
             new: list[DeltaField] = []
             for f in wanted:
                 delta_field = DeltaField.from_arrow(f.with_nullable(True))
@@ -904,7 +906,7 @@ class DeltaRsSink:
             dt = self._require(path)
             if already_applied(dt, txn):
                 return MergeStats(version=dt.version(), skipped=True)
-            source = self._conform(changes, _arrow_schema(dt), path, ignore=(OP_COLUMN,))
+            source = self._conform(changes, table_arrow_schema(dt), path, ignore=(OP_COLUMN,))
             metrics = (
                 dt.merge(
                     source,
@@ -947,7 +949,7 @@ class DeltaRsSink:
             dt = self._load(path)
             if dt is not None and already_applied(dt, txn):
                 return MergeStats(version=dt.version(), skipped=True)
-            data = rows if dt is None else self._conform(rows, _arrow_schema(dt), path, fill_missing=True)
+            data = rows if dt is None else self._conform(rows, table_arrow_schema(dt), path, fill_missing=True)
             write_deltalake(  # type: ignore[call-overload]  # (its overloads refuse writer_properties=None)
                 dt if dt is not None else path,
                 data,
@@ -972,7 +974,7 @@ class DeltaRsSink:
             SinkError: the table is missing.
             ConcurrentCommitError: other writers kept winning.
         """
-        return self._overwrite(ident, lambda dt, path: _arrow_schema(dt).empty_table(), txn, "truncate")
+        return self._overwrite(ident, lambda dt, path: table_arrow_schema(dt).empty_table(), txn, "truncate")
 
     def rewrite(self, ident: TableIdent, transform: Callable[[pa.Table], pa.Table], txn: Txn) -> bool:
         """Replace the table's rows *and schema* with ``transform(current rows)`` in one overwrite commit.

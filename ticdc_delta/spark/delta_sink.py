@@ -69,6 +69,7 @@ from ..delta.sink import (
     check_new_fields,
     check_new_table,
     check_txn,
+    table_arrow_schema,
 )
 from ..errors import SinkError
 
@@ -337,7 +338,7 @@ class SparkDeltaSink:
             dt = self._require(ident)
             if already_applied(dt, txn):
                 return False
-            return act(dt, pa.schema(dt.schema().to_arrow()), path)
+            return act(dt, table_arrow_schema(dt), path)
 
         return bool(self._retry(f"{what} {path}", attempt))
 
@@ -394,7 +395,7 @@ class SparkDeltaSink:
             dt = self._require(ident)
             if already_applied(dt, txn):
                 return []
-            existing = {f.name.lower(): f for f in pa.schema(dt.schema().to_arrow())}
+            existing = {f.name.lower(): f for f in table_arrow_schema(dt)}
             new: list[pa.Field] = []
             for f in wanted:
                 have = existing.get(f.name.lower())
@@ -525,7 +526,7 @@ class SparkDeltaSink:
     def _rewrite_now(self, dt: RsTable, path: str, transform: Callable[[pa.Table], pa.Table], txn: Txn) -> bool:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        current = pa.schema(dt.schema().to_arrow())
+        current = table_arrow_schema(dt)
         target = transform(current.empty_table()).schema
         spark_schema = from_arrow_schema(target, prefer_timestamp_ntz=True)
         self._support_types(dt, path, target.types)

@@ -1323,7 +1323,7 @@ class SparkEngine:
         columns = [f.name for f in arrow if f.name != OP_COLUMN]
         cond = F.expr(" AND ".join(f"t.{_quote(k)} <=> s.{_quote(k)}" for k in task["keys"]))
         op = f"s.{_quote(OP_COLUMN)}"
-        assign: dict[str, str | Any] = {_quote(c): f"s.{_quote(c)}" for c in columns}
+        assign: dict[str, Any] = {_quote(c): f"s.{_quote(c)}" for c in columns}  # (str | Column)
         txn: Txn = task["txn"]
 
         def attempt() -> None:
