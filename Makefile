@@ -9,10 +9,10 @@ JARS_STAMP := $(JARS)/.fetched-stamp
 
 .PHONY: install mariadb demo test test-spark test-fast bench bench-decode bench-e2e bench-cores bench-latency bench-tables bench-heap bench-bigtable soak clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
 	@touch $(STAMP)
 
 # Spark's Kafka source + Delta Lake (jvm/spark/pom.xml) and the Kafka broker (jvm/broker/pom.xml), fetched
