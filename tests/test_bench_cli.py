@@ -208,7 +208,8 @@ def test_batch_phases_take_the_median_of_the_full_batches(caplog: pytest.LogCapt
     assert phases.medians() == {"read_decode": 3.0, "plan": 2.0, "apply": 1.0, "compact": 0.0, "batch": 6.0,
                                 "rows": 1000}
     assert phases_line(phases) == ("  phases : a batch of 1,000 row events 6.00 s (median of 3): read+decode 3.00 s, "
-                                   "rules 2.00 s, MERGE 1.00 s; the run's first batch 9.00 s")
+                                   "rules 2.00 s, MERGE 1.00 s; the run's first batch 9.00 s "
+                                   "(read+decode 4.00, rules 3.00, MERGE 2.00)")
     _progress_line(10, 1.0, {"read_decode": 1.0})  # after the block: not recorded
     assert len(phases.batches) == 4
 

@@ -269,7 +269,7 @@ _PHASE_NAMES = {"read_decode": "read+decode", "unpack": "unpack", "plan": "rules
 
 def phases_line(phases: BatchPhases) -> str | None:
     """What a run's batches spent per phase: the median full batch (:meth:`BatchPhases.medians`), the
-    phases of 0.01 s or more, and the first batch of the run (a fresh JVM's is the slowest); ``None``
+    phases of 0.01 s or more, and the first batch of the run with its phases (a fresh JVM's is the slowest); ``None``
     without a full batch."""
     med = phases.medians()
     if not med:
@@ -277,9 +277,11 @@ def phases_line(phases: BatchPhases) -> str | None:
     parts = [f"{_PHASE_NAMES.get(name, name)} {secs:.2f} s" for name, secs in med.items()
              if name not in ("batch", "rows") and secs >= 0.01]
     n = len(phases.full())
-    first = phases.batches[0]["seconds"]
+    first = phases.batches[0]
+    first_parts = [f"{_PHASE_NAMES.get(name, name)} {secs:.2f}" for name, secs in first["timings"].items()
+                   if secs >= 0.01]
     return (f"  phases : a batch of {med['rows']:,.0f} row events {med['batch']:.2f} s (median of {n}): "
-            + ", ".join(parts) + f"; the run's first batch {first:.2f} s")
+            + ", ".join(parts) + f"; the run's first batch {first['seconds']:.2f} s ({', '.join(first_parts)})")
 
 
 def jvm_pid(spark: Any) -> int | None:
