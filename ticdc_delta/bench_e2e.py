@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -274,14 +274,18 @@ def phases_line(phases: BatchPhases) -> str | None:
     med = phases.medians()
     if not med:
         return None
-    parts = [f"{_PHASE_NAMES.get(name, name)} {secs:.2f} s" for name, secs in med.items()
-             if name not in ("batch", "rows") and secs >= 0.01]
     n = len(phases.full())
     first = phases.batches[0]
-    first_parts = [f"{_PHASE_NAMES.get(name, name)} {secs:.2f}" for name, secs in first["timings"].items()
-                   if secs >= 0.01]
     return (f"  phases : a batch of {med['rows']:,.0f} row events {med['batch']:.2f} s (median of {n}): "
-            + ", ".join(parts) + f"; the run's first batch {first['seconds']:.2f} s ({', '.join(first_parts)})")
+            + _phase_parts(med, " s") + f"; the run's first batch {first['seconds']:.2f} s "
+            f"({_phase_parts(first['timings'], '')})")
+
+
+def _phase_parts(timings: Mapping[str, float], unit: str) -> str:
+    """``timings``' phases of 0.01 s or more (not :meth:`BatchPhases.medians`' ``batch`` and ``rows``), named
+    as the phases line names them, each followed by ``unit``."""
+    return ", ".join(f"{_PHASE_NAMES.get(name, name)} {secs:.2f}{unit}" for name, secs in timings.items()
+                     if name not in ("batch", "rows") and secs >= 0.01)
 
 
 def jvm_pid(spark: Any) -> int | None:
