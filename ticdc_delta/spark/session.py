@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["cache_in_session", "get_or_create_spark", "jar_confs", "own_session", "overridden", "submitted_confs",
-           "under_spark_submit", "BATCH_CACHE_CONFS", "CACHE_IN_SESSION_CONFS", "CODEGEN_CACHE_ENTRIES", "DEFAULT_CONFS", "DELTA_CONFS",
+           "under_spark_submit", "CACHE_IN_SESSION_CONFS", "CODEGEN_CACHE_ENTRIES", "DEFAULT_CONFS", "DELTA_CONFS",
            "LOCAL_CONFS", "package_root"]
 
 log = logging.getLogger(__name__)
@@ -66,19 +66,6 @@ nothing to turn off. Neither changes the job's plans: it reads no bucketed table
 second only lets adaptive execution (off in :data:`DEFAULT_CONFS`) keep its final-stage optimizations in
 a cached plan. The engine sets them on every session it uses (:func:`cache_in_session`)."""
 
-BATCH_CACHE_CONFS: dict[str, str] = {
-    "spark.sql.inMemoryColumnarStorage.compressed": "false",
-}
-"""How the frames a micro-batch persists are cached: uncompressed. Each is built once, read once or twice
-in the same batch and dropped at its end (the decoded rows, the columnar path's typed changes and their
-collapse), so compressing it — Spark tries several encodings per column of every cached batch — is CPU
-spent for memory held a few seconds; the frames are ``MEMORY_AND_DISK``, so what does not fit goes to
-disk, not away. Measured here (``bench e2e``-like runs of 1M changes in 250k-change batches, alternately,
-each in a fresh process): a fresh JVM 18.1k and 18.4k changes/s against 17.6k and 17.5k compressed, the
-warm run after it 28.5k and 28.6k against 26.8k and 27.4k — the rules' phase (the columnar pass writes
-its typed changes to the cache) 2.5 s against 3.0 s per warm batch. Part of :data:`DEFAULT_CONFS`: a
-session the job starts has it unless the job's ``spark.conf`` or spark-submit says otherwise."""
-
 #: Settings for a 2-core, few-GiB machine: few shuffle partitions, no UI, Arrow on, modest memory.
 DEFAULT_CONFS: dict[str, str] = {
     "spark.sql.shuffle.partitions": "2",
@@ -103,8 +90,13 @@ DEFAULT_CONFS: dict[str, str] = {
     # here ~500 compilations per 5 batches (~1.4 s of Janino and then the JIT's C2 work per batch) against
     # ~35 per batch once the cache holds them. Entries cost ~50 KiB of heap each: CODEGEN_CACHE_ENTRIES.
     "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
+    # the frames a micro-batch persists (decoded rows, the columnar path's typed changes and their collapse)
+    # are built once, read once or twice and dropped at the batch's end: Spark's encoding of every cached
+    # column batch was CPU for memory held seconds (MEMORY_AND_DISK: what does not fit spills). Measured
+    # alternately, fresh processes, 1M changes in 250k batches: a fresh JVM 18.1k/18.4k changes/s against
+    # 17.6k/17.5k compressed, warm 28.5k/28.6k against 26.8k/27.4k (see the README)
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
     **CACHE_IN_SESSION_CONFS,
-    **BATCH_CACHE_CONFS,
 }
 
 #: Delta Lake's SQL extension and catalog (``delta-spark`` jars, see :func:`jar_confs`).
