@@ -475,27 +475,29 @@ _GOOD = [("DATE", ("d", int(T.DATE), N, "2024-02-29")), ("zero DATE", ("d", int(
 
 
 @pytest.mark.parametrize("what,column", [*BAD_VALUES, *_GOOD], ids=[c[0] for c in [*BAD_VALUES, *_GOOD]])
-def test_image_converter_refuses_what_the_screen_refuses_and_converts_as_the_merge(what: str, column: tuple) -> None:
+def test_images_converter_refuses_what_the_screen_refuses_and_converts_as_the_merge(what: str, column: tuple) -> None:
     rec = change(0, column)
     columns = tuple(c[:3] for c in rec.new)
+    types = [arrow_type_for(c[1], c[2]) if c[1] in set(T) else pa.string() for c in columns]
     refused = screen_of().check(rec)
-    convert = screen_of().image_converter("s", "t", columns)
+    convert = screen_of().images_converter("s", "t", columns, types)
     values = tuple(c[3] for c in rec.new)
-    if refused is not None:
-        with pytest.raises(SinkError):
-            convert(values)
-        return
-    expected = [None if c[3] is None else convert_value(c[3], c[1], c[2]) for c in rec.new]
-    assert convert(values) == expected
-    assert convert(values[:1]) == expected[:1]  # an image of the first columns (an Avro delete: the key)
+    # the image, an image of the first columns (an Avro delete: the key), one with a null
+    arrays, failed = convert([values, values[:1], (2, None)])
+    assert [a.type for a in arrays] == types
+    assert set(failed) == ({0} if refused is not None else set())
+    rows = [[a[i].as_py() for a in arrays] for i in range(3)]
+    if refused is None:
+        expected = [None if c[3] is None else convert_value(c[3], c[1], c[2]) for c in rec.new]
+        assert rows[0] == [pa.array([v], type=t)[0].as_py() for v, t in zip(expected, types)]
+    assert rows[1:] == [[1, None], [2, None]]
 
 
-def test_image_converter_refuses_a_column_name_or_a_table_no_location_can_hold() -> None:
+def test_images_converter_refuses_a_column_name_or_a_table_no_location_can_hold() -> None:
     columns = (("id", int(T.BIGINT), KEY), ("a\x00b", int(T.INT), N))
-    convert = screen_of().image_converter("s", "t", columns)
-    assert convert((1,)) == [1]  # the image stops before the column: nothing to refuse
-    with pytest.raises(SinkError):
-        convert((1, None))  # the column itself, whatever its value
+    convert = screen_of().images_converter("s", "t", columns, [pa.int64(), pa.int64()])
+    arrays, failed = convert([(1,), (2, None)])
+    assert set(failed) == {1}  # the column itself, whatever its value; an image that stops before it is fine
+    assert arrays[0][0].as_py() == 1 and arrays[1][0].as_py() is None
     problem = ValueScreen(TableCatalog(), table_problem=lambda s, t: "no location")
-    with pytest.raises(SinkError):
-        problem.image_converter("s", "t", columns[:1])((1,))
+    assert set(problem.images_converter("s", "t", columns[:1], [pa.int64()])([(1,), (2,)])[1]) == {0, 1}

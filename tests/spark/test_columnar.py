@@ -18,17 +18,18 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from ticdc_delta.codec.model import ColumnFlag as F, TypeCode as T
 from ticdc_delta.core.batch_planner import OFFSET_ORDER, WATERMARK, ConsumerState
 from ticdc_delta.core.key_buckets import route, signature
 from ticdc_delta.core.merge import DELETE, KeyResolver
 from ticdc_delta.core.records import ChangeRecord, dump_record, dump_row_values, load_record
 from ticdc_delta.core.snapshot_seam import SnapshotSeam
-from ticdc_delta.core.table_rules import group_rows, plan_coordination
+from ticdc_delta.core.table_rules import RELEASED, group_rows, plan_coordination
 from ticdc_delta.core.ts_guard import TsGuard
 from ticdc_delta.delta.applier import TableCatalog
 from ticdc_delta.delta.arrow_types import converter_for
 from ticdc_delta.delta.value_check import ValueScreen
-from ticdc_delta.spark.columnar import (CHANGE, collapse_changes, columnar_fn, columnar_tables, final_counts,
+from ticdc_delta.spark.columnar import (CHANGE, ColumnarTable, collapse_changes, columnar_fn, columnar_tables, final_counts,
                                         integer_keys)
 
 from ..core.test_table_rules import _batches, _stream
@@ -180,3 +181,32 @@ def test_spark_collapses_the_columnar_rows_to_the_last_change_per_key(spark: Any
             assert counts["width"] == max((len(v[1]) for v in got.values()), default=0)
             checked += len(got)
     assert checked > 100 and ranged > 0
+
+
+def test_a_row_without_its_key_stops_the_job_unless_a_value_refuses_it_first() -> None:
+    """As the record path: a released change whose image lacks the key is an error (the driver stops the
+    job with it), but one that also holds a value no Delta column can hold is refused (dead-lettered)
+    first; the other rows of the batch convert."""
+    key, other = ("id", int(T.BIGINT), int(F.PRIMARY_KEY | F.HANDLE_KEY)), ("a", int(T.BIGINT), int(F.NULLABLE))
+    table = ColumnarTable("s", "t", (other, key), (pa.int64(), pa.int64()), ("id",))
+
+    def run(*images: tuple) -> list[dict]:
+        recs = [ChangeRecord(100 + i, "cdc", 0, i, 0, "s", "t", "insert", image, None) for i, image in enumerate(images)]
+        routes = [route(r, KeyResolver()) for r in recs]
+        job = SimpleNamespace(rules=SimpleNamespace(place=lambda rec, held: RELEASED), keys=None,
+                              catalog_json=TableCatalog().to_json(), tz="UTC", policy=None, case_sensitive=False,
+                              delta_types=None, layouts={r.signature: r.layout for r in routes})
+        batch = pa.RecordBatch.from_pydict({"held": [False] * len(recs), "payload": [_in_flight(r) for r in recs],
+                                            "sig": [r.signature for r in routes]})
+        return pa.Table.from_batches(list(columnar_fn(job, table)(iter([batch])))).to_pylist()
+
+    whole = ((*other, 5), (*key, 1))
+    rows = run(whole, ((*other, 7),))
+    assert [r["_kind"] for r in rows] == ["error"]
+    assert pickle.loads(rows[0]["_payload"]) == "s.t: row image lacks key columns ('id',)"
+    rows = run(whole, ((*other, TOO_BIG),))
+    assert [(r["_kind"], r["c0"], r["c1"]) for r in rows if r["_kind"] != "summary"] == [
+        (CHANGE, 5, 1), ("rejection", None, None)]
+    rejection = pickle.loads(next(r["_payload"] for r in rows if r["_kind"] == "rejection"))
+    assert (rejection.offset, rejection.column, rejection.value) == (1, "a", TOO_BIG)
+    assert pickle.loads(rows[-1]["_payload"])["rejections"] == 1

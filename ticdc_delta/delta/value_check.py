@@ -40,7 +40,8 @@ from ..codec.model import ColumnFlag, TypeCode
 from ..core.records import ChangeRecord, DDLRecord
 from ..errors import SinkError, preview
 from .applier import TableCatalog
-from .arrow_types import arrow_type_for, converter_for, widens
+from .arrow_types import _to_int64, _to_text_decimal, arrow_type_for, converter_for, widens
+from .column_convert import DECIMAL_TEXT, INT, convert_column, kind_of, register
 
 __all__ = ["Rejection", "ValueScreen", "column_name_problem", "describe_rejections", "value_bytes"]
 
@@ -126,7 +127,7 @@ def _in_range(convert: Callable[[Any], Any], type_code: int, bits: int, unsigned
             raise SinkError(f"cannot write {preview(value)} as a {what}")
         return v
 
-    return check
+    return register(check, (INT, lo, hi)) if convert is _to_int64 else check
 
 
 def _as_decimal_text(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -136,7 +137,7 @@ def _as_decimal_text(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
         _decimal_number(value)
         return convert(value)
 
-    return check
+    return register(check, (DECIMAL_TEXT,)) if convert is _to_text_decimal else check
 
 
 def _fits(convert: Callable[[Any], Any], target: pa.DataType, into: pa.DataType) -> Callable[[Any], Any]:
@@ -323,32 +324,59 @@ class ValueScreen:
                     return self._reject(rec, column[0], value, str(exc))
         return None
 
-    def image_converter(self, schema: str, table: str,
-                        columns: Sequence[tuple[str, int, int]]) -> Callable[[tuple], list[Any]]:
+    def images_converter(self, schema: str, table: str, columns: Sequence[tuple[str, int, int]],
+                         types: Sequence[pa.DataType]) -> Callable[[Sequence[tuple]], tuple[list[pa.Array], dict[int, SinkError]]]:
         """For a table whose every image lists a prefix of ``columns`` (``(name, type code, flags)``): a
-        function giving an image's values (the image as its values alone) as the table's Delta columns take
-        them — what a MERGE writes (:func:`~.arrow_types.converter_for` of each value, in the image's
-        order: the screen's checks convert as they check) — and raising :class:`SinkError` where
-        :meth:`check` refuses the change (which then says why). The columnar path's screen, without working
-        out each image's layout.
+        function from images (each as its values alone) to the table's Delta columns as the MERGE writes
+        them — Arrow arrays of ``types``, an image's missing columns null — and the images :meth:`check`
+        refuses, by position, each with the first error found (the caller drops their values). The columnar
+        path's screen and conversion, without working out each image's layout.
+
+        It converts a column at a time. A column whose values Arrow converts exactly as the checks would
+        (:func:`~.column_convert.convert_column`: ints in range, plain text, TiDB's date text, ...) costs
+        one Arrow call; any other column is converted value by value by the screen's checks, which convert
+        as they check (:func:`~.arrow_types.converter_for` of each value).
 
         Raises:
             SinkError: here, when the function is built: a DECIMAL column whose type parameters a DDL the
                 screen could not follow made unknown (only a batch that applies DDL has one; its values
-                only the MERGE converts). The function raises it for an image with a value or column no
-                Delta column can hold.
+                only the MERGE converts).
         """
         checks = [self._column_check(schema, table, name, t, f) for name, t, f in columns]
         if any(check is _decimal_number for check in checks):
             raise SinkError(f"{schema}.{table}: DECIMAL type parameters unknown until the DDL replay")
-        # an image that holds a column which cannot be written (a str: why), or any image of a refused table
         problem = self._table_problem(schema, table) if self._table_problem is not None else None
         refused = -1 if problem else next((i for i, c in enumerate(checks) if c.__class__ is str), len(checks))
+        kinds = [kind_of(check) for check in checks]
+        width = len(columns)
+        pad = (None,) * width
 
-        def convert(values: tuple) -> list[Any]:
-            if len(values) > refused:
-                raise SinkError(f"{schema}.{table}: refused")
-            return [None if v is None else check(v) for check, v in zip(checks, values)]  # type: ignore[operator]
+        def convert(images: Sequence[tuple]) -> tuple[list[pa.Array], dict[int, SinkError]]:
+            failed = {i: SinkError(f"{schema}.{table}: refused") for i, image in enumerate(images)
+                      if len(image) > refused}
+            if refused < 0:
+                return [pa.nulls(len(images), t) for t in types], failed
+            full = [image if len(image) == width else (*image, *pad[len(image):]) for image in images]
+            arrays = []
+            for check, kind, target, values in zip(checks, kinds, types, zip(*full) if full else [()] * width):
+                if check.__class__ is str:  # a column that cannot be written: its images failed above
+                    arrays.append(pa.nulls(len(images), target))
+                    continue
+                array = convert_column(kind, values, target) if kind is not None else None
+                if array is None:
+                    out: list[Any] = []
+                    for i, value in enumerate(values):
+                        if value is None:
+                            out.append(None)
+                            continue
+                        try:
+                            out.append(check(value))  # type: ignore[operator]
+                        except SinkError as exc:
+                            failed.setdefault(i, exc)
+                            out.append(None)
+                    array = pa.array(out, type=target)
+                arrays.append(array)
+            return arrays, failed
 
         return convert
 

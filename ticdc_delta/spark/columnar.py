@@ -10,8 +10,8 @@ per key, which Spark computes without Python. So for a table whose rows allow it
 
 1. one Python pass per row, where the decoded rows are (no shuffle): the row is placed (released, held,
    replay, covered by the snapshot, implausible ts) and a released one is screened and converted at once
-   (:meth:`~ticdc_delta.delta.value_check.ValueScreen.image_converter`: the screen's checks convert as they
-   check, to what the MERGE writes) into the table's typed columns — two rows for an update that changes
+   (:meth:`~ticdc_delta.delta.value_check.ValueScreen.images_converter`: the screen's checks convert as they
+   check, to what the MERGE writes, a column at a time) into the table's typed columns — two rows for an update that changes
    the key (the old key's delete, the new key's upsert); held rows keep their record for the staging
    table, refusals their reason;
 2. :func:`collapse_changes`: ``groupBy(key).max(struct(apply order, row))`` in the JVM;
@@ -147,13 +147,18 @@ def columnar_fn(job: Any, table: ColumnarTable) -> Callable[[Iterator[pa.RecordB
 
         screen = ValueScreen(TableCatalog(job.catalog_json), job.tz, ddl_policy=job.policy,
                              case_sensitive=job.case_sensitive, delta_type=job.delta_types)
-        convert = screen.image_converter(table.schema, table.table, table.columns)
+        convert = screen.images_converter(table.schema, table.table, table.columns, table.types)
         router = Router(job.keys)
         place = job.rules.place
 
         def rows_of(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, bool]:
-            meta: list[tuple] = []  # the meta columns of each output row, in _META's order
-            typed: list[list[Any]] = []  # its values (a prefix of the table's columns)
+            changes: list[tuple] = []  # the meta columns of each typed change, in _META's order
+            images: list[tuple] = []  # its image's values (a prefix of the table's columns)
+            owners: list[int] = []  # its row, in ``released``
+            screened: list[tuple] = []  # the old images of the other updates: screened, not written
+            screened_owners: list[int] = []
+            released: list[tuple] = []  # (fields, whole, sig) of each released row: for a rejection
+            others: list[tuple] = []  # the meta columns of the other output rows (no typed values)
             counts = {"replays": 0, "held": 0, "released": 0, "rejections": 0, "snapshot_dropped": 0,
                       "rejected_ts": 0}
             held_sigs: set[int] = set()
@@ -170,49 +175,68 @@ def columnar_fn(job: Any, table: ColumnarTable) -> Callable[[Iterator[pa.RecordB
                     counts["released"] += 1
                     new, old = fields[8], fields[9]
                     image = new if new is not None else old
-                    try:
-                        new_values = None if new is None else convert(new)
-                        old_values = None if old is None else convert(old)
-                    except SinkError as exc:  # a value (or column) no Delta column can hold
-                        counts["rejections"] += 1
-                        rejection = screen.check(_whole(fields, whole, job.layouts, sig))
-                        if rejection is None:  # the screen and the converter disagree: a bug
-                            raise RuntimeError(f"{table.schema}.{table.table}: {exc}") from exc
-                        meta.append((REJECTION, *coords, None, None, 0, pickle.dumps(rejection), None, None))
-                        typed.append([])
-                        continue
                     if image is None or len(image) <= last_key:
-                        failed = _missing_key(fields, table.key)
-                        return _record_batch(schema, [("error", *(None,) * 8, pickle.dumps(failed), None, None)],
-                                             [[]], n_cols), False
-                    if new is None:
-                        meta.append((CHANGE, *coords, OP_DELETE, Op.DELETE, len(old), None, None, None))
-                        typed.append(old_values)  # type: ignore[arg-type]
+                        # no key: the job stops, unless a value no Delta column can hold refuses the row first
+                        present = [i for i in (new, old) if i is not None]
+                        if not convert(present)[1]:
+                            return _record_batch(schema, [], [], [("error", *(None,) * 8, pickle.dumps(
+                                _missing_key(fields, table.key)), None, None)], n_cols), False
+                        screened += present  # refused below, as they are converted again
+                        screened_owners += [len(released)] * len(present)
+                        released.append((fields, whole, sig))
                         continue
-                    if old is not None and len(old) > last_key and any(old[i] != new[i] for i in key_at or ()):
-                        # the key changed: the row under the old key is gone (core.merge.collapse)
-                        meta.append((CHANGE, *coords, OP_DELETE, Op.DELETE, len(old), None, None, None))
-                        typed.append(old_values)  # type: ignore[arg-type]
-                    meta.append((CHANGE, *coords, OP_UPSERT, rec.op, len(new), None, None, None))
-                    typed.append(new_values)  # type: ignore[arg-type]
+                    row = len(released)
+                    released.append((fields, whole, sig))
+                    if new is None:
+                        changes.append((CHANGE, *coords, OP_DELETE, Op.DELETE, len(old), None, None, None))
+                        images.append(old)
+                        owners.append(row)
+                        continue
+                    if old is not None:
+                        if len(old) > last_key and any(old[i] != new[i] for i in key_at or ()):
+                            # the key changed: the row under the old key is gone (core.merge.collapse)
+                            changes.append((CHANGE, *coords, OP_DELETE, Op.DELETE, len(old), None, None, None))
+                            images.append(old)
+                            owners.append(row)
+                        else:
+                            screened.append(old)
+                            screened_owners.append(row)
+                    changes.append((CHANGE, *coords, OP_UPSERT, rec.op, len(new), None, None, None))
+                    images.append(new)
+                    owners.append(row)
                 elif where == HELD:
                     counts["held"] += 1
                     rec = _whole(fields, whole, job.layouts, sig)
                     routing = router(rec)
                     held_sigs.add(routing.signature)
-                    meta.append(("held", *coords, None, None, 0, dump_record(rec), routing.signature, routing.hashes))
-                    typed.append([])
+                    others.append(("held", *coords, None, None, 0, dump_record(rec), routing.signature, routing.hashes))
                 elif where == SNAPSHOT:
                     counts["snapshot_dropped"] += 1
                 elif where == REPLAY:
                     counts["replays"] += 1
                 else:
                     counts["rejected_ts"] += 1
-                    meta.append(("rejected_ts", *coords, None, None, 0, pickle.dumps(where), None, None))
-                    typed.append([])
-            meta.append(("summary", *(None,) * 8, pickle.dumps({**counts, "layouts": sorted(held_sigs)}), None, None))
-            typed.append([])
-            return _record_batch(schema, meta, typed, n_cols), True
+                    others.append(("rejected_ts", *coords, None, None, 0, pickle.dumps(where), None, None))
+            # the values of all changes at once, a column at a time; a row with a value (or column) no Delta
+            # column can hold is refused whole, as the record path's screen refuses it
+            typed, failed = convert([*images, *screened])
+            refused: dict[int, SinkError] = {}
+            for i, exc in failed.items():
+                refused.setdefault(owners[i] if i < len(images) else screened_owners[i - len(images)], exc)
+            for row, exc in sorted(refused.items()):
+                fields, whole, sig = released[row]
+                counts["rejections"] += 1
+                rejection = screen.check(_whole(fields, whole, job.layouts, sig))
+                if rejection is None:  # the screen and the converter disagree: a bug
+                    raise RuntimeError(f"{table.schema}.{table.table}: {exc}") from exc
+                others.append((REJECTION, *fields[:5], None, None, 0, pickle.dumps(rejection), None, None))
+            typed = [a.slice(0, len(images)) for a in typed]
+            if refused:
+                keep = pa.array([owner not in refused for owner in owners], type=pa.bool_())
+                typed = [a.filter(keep) for a in typed]
+                changes = [meta for meta, owner in zip(changes, owners) if owner not in refused]
+            others.append(("summary", *(None,) * 8, pickle.dumps({**counts, "layouts": sorted(held_sigs)}), None, None))
+            return _record_batch(schema, changes, typed, others, n_cols), True
 
         for batch in batches:
             with gc_paused():
@@ -224,14 +248,17 @@ def columnar_fn(job: Any, table: ColumnarTable) -> Callable[[Iterator[pa.RecordB
     return run
 
 
-def _record_batch(schema: pa.Schema, meta: list[tuple], typed: list[list[Any]], n_cols: int) -> pa.RecordBatch:
-    """The output batch of :func:`columnar_fn`: ``meta`` rows (the :data:`_META` columns) and their values,
-    each list padded with nulls to the table's ``n_cols`` columns."""
-    pad = [None] * n_cols
+def _record_batch(schema: pa.Schema, changes: list[tuple], typed: list[pa.Array], others: list[tuple],
+                  n_cols: int) -> pa.RecordBatch:
+    """The output batch of :func:`columnar_fn`: the typed ``changes`` (their :data:`_META` columns, their
+    values in ``typed``: one array per table column, empty when there are none), then the ``others``
+    (meta columns only, their values null)."""
+    meta = [*changes, *others]
     columns = list(zip(*meta)) if meta else [()] * len(_META)
-    values = list(zip(*(v + pad[len(v):] if len(v) < n_cols else v for v in typed))) if typed else [()] * n_cols
     arrays = [pa.array(col, type=f.type) for col, f in zip(columns, schema)]
-    arrays += [pa.array(col, type=f.type) for col, f in zip(values, list(schema)[len(_META):])]
+    for i, f in enumerate(list(schema)[len(_META):]):
+        nulls = pa.nulls(len(others), f.type)
+        arrays.append(pa.concat_arrays([typed[i], nulls]) if changes else pa.nulls(len(meta), f.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
