@@ -14,8 +14,8 @@ from hypothesis import given, settings, strategies as st
 from ticdc_delta.codec.model import ColumnFlag as F, TypeCode as T
 from ticdc_delta.core.records import ChangeRecord
 from ticdc_delta.delta.applier import TableCatalog
-from ticdc_delta.delta.arrow_types import arrow_type_for, convert_value
-from ticdc_delta.delta.column_convert import DATE, DATETIME, DECIMAL_TEXT, INT, TEXT, convert_column
+from ticdc_delta.delta.arrow_types import TypeParams, arrow_type_for, convert_value
+from ticdc_delta.delta.column_convert import DATE, DATETIME, DECIMAL, DECIMAL_TEXT, INT, TEXT, convert_column
 from ticdc_delta.delta.value_check import ValueScreen
 
 N = int(F.NULLABLE)
@@ -25,9 +25,10 @@ B = int(F.BINARY | F.NULLABLE)
 # one column per converter with a fast path, and two without (YEAR, TIMESTAMP)
 COLUMNS = (("big", int(T.BIGINT), N), ("tiny", int(T.TINYINT), N), ("utiny", int(T.TINYINT), U),
            ("i", int(T.INT), N), ("f", int(T.DOUBLE), N), ("v", int(T.VARCHAR), N), ("bl", int(T.BLOB), B),
-           ("dec", int(T.DECIMAL), N), ("d", int(T.DATE), N), ("dt", int(T.DATETIME), N),
-           ("y", int(T.YEAR), N), ("ts", int(T.TIMESTAMP), N))
-TYPES = tuple(arrow_type_for(t, f) for _, t, f in COLUMNS)
+           ("dec", int(T.DECIMAL), N), ("dec52", int(T.DECIMAL), N), ("d", int(T.DATE), N),
+           ("dt", int(T.DATETIME), N), ("y", int(T.YEAR), N), ("ts", int(T.TIMESTAMP), N))
+PARAMS = {"dec52": TypeParams(5, 2)}  # (the other DECIMAL's parameters are unknown: written as text)
+TYPES = tuple(arrow_type_for(t, f, PARAMS.get(name)) for name, t, f in COLUMNS)
 
 _DIGITS = st.text("0123456789", min_size=1, max_size=4)
 # text near TiDB's date forms: most of it valid, some of it in other forms or out of range
@@ -55,6 +56,15 @@ _VALUES = {
                      st.sampled_from(["12.3.4", "Infinity", "1_000", " 5", "+5", "5.", ".5", "1e3"])),
     "d": _DATE_TEXT, "dt": _DATETIME_TEXT, "ts": _DATETIME_TEXT,
 }
+_VALUES["dec52"] = st.one_of(_VALUES["dec"], st.decimals(allow_nan=False, places=2, min_value=-999, max_value=999).map(str),
+                             st.sampled_from(["999.99", "1000.00", "-999.995", "1.10", "1.15", "007.5", "-0"]))
+
+
+def catalog() -> TableCatalog:
+    cat = TableCatalog()
+    for name, params in PARAMS.items():
+        cat.set_params("s", "t", name, params)
+    return cat
 
 
 def reference(screen: ValueScreen, image: tuple) -> list[Any] | None:
@@ -64,11 +74,11 @@ def reference(screen: ValueScreen, image: tuple) -> list[Any] | None:
                        tuple((*c, v) for c, v in zip(COLUMNS, image)), None)
     if screen.check(rec) is not None:
         return None
-    return [None if v is None else convert_value(v, t, f) for (_, t, f), v in zip(COLUMNS, image)]
+    return [None if v is None else convert_value(v, t, f, PARAMS.get(name)) for (name, t, f), v in zip(COLUMNS, image)]
 
 
 def assert_converts_as_the_screen(images: list[tuple]) -> None:
-    screen = ValueScreen(TableCatalog())
+    screen = ValueScreen(catalog())
     arrays, failed = screen.images_converter("s", "t", COLUMNS, TYPES)(images)
     assert [a.type for a in arrays] == list(TYPES)
     for i, image in enumerate(images):
@@ -102,6 +112,8 @@ def test_common_columns_take_one_arrow_call() -> None:
         ((INT, -(1 << 63), (1 << 63) - 1), [1 << 62, None], pa.int64(), [1 << 62, None]),
         ((TEXT,), ["a", None, "é"], pa.string(), ["a", None, "é"]),
         ((DECIMAL_TEXT,), ["12.50", "-3", None, "+0.001"], pa.string(), ["12.50", "-3", None, "+0.001"]),
+        ((DECIMAL,), ["12.5", "-3", None, "999.99", "1.10"], pa.decimal128(5, 2),
+         [Decimal("12.50"), Decimal("-3.00"), None, Decimal("999.99"), Decimal("1.10")]),
         ((DATE,), ["2024-02-29", "0000-00-00", "2024-00-10", None], pa.date32(),
          [date(2024, 2, 29), None, None, None]),
         ((DATETIME,), ["2024-01-02 03:04:05", "2024-01-02 03:04:05.5", "0000-00-00 00:00:00", "9999-12-31 23:59:59.999999"],
@@ -120,6 +132,9 @@ def test_common_columns_take_one_arrow_call() -> None:
     ((TEXT,), ["a\ud800"], pa.string()),
     ((TEXT,), ["a", 1], pa.string()),
     ((DECIMAL_TEXT,), ["1_000"], pa.string()),  # Decimal reads it; left to the converter
+    ((DECIMAL,), ["1.15"], pa.decimal128(5, 1)),  # it would round: the converter refuses it
+    ((DECIMAL,), ["1000.00"], pa.decimal128(5, 2)),  # beyond the precision
+    ((DECIMAL,), [Decimal("1.5")], pa.decimal128(5, 2)),
     ((DATE,), ["2024-02-30"], pa.date32()),  # ALLOW_INVALID_DATES: the converter makes it null
     ((DATE,), ["20240102"], pa.date32()),
     ((DATETIME,), ["2024-01-02T03:04:05"], pa.timestamp("us")),

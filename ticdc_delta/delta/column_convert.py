@@ -24,16 +24,17 @@ import pyarrow.compute as pc
 
 from .arrow_types import _to_bytes, _to_date, _to_datetime, _to_float, _to_int64, _to_str
 
-__all__ = ["INT", "FLOAT", "TEXT", "BYTES", "DECIMAL_TEXT", "DATE", "DATETIME", "Kind", "convert_column",
-           "kind_of", "register"]
+__all__ = ["INT", "FLOAT", "TEXT", "BYTES", "DECIMAL", "DECIMAL_TEXT", "DATE", "DATETIME", "Kind",
+           "convert_column", "kind_of", "register"]
 
-INT, FLOAT, TEXT, BYTES, DECIMAL_TEXT, DATE, DATETIME = (
-    "int", "float", "text", "bytes", "decimal_text", "date", "datetime")
+INT, FLOAT, TEXT, BYTES, DECIMAL, DECIMAL_TEXT, DATE, DATETIME = (
+    "int", "float", "text", "bytes", "decimal", "decimal_text", "date", "datetime")
 
 Kind = tuple[Any, ...]
 """What a converter does, for :func:`convert_column`: ``(INT, lo, hi)`` (an integer in ``lo..hi`` as it
-is), ``(FLOAT,)``, ``(TEXT,)``, ``(BYTES,)`` (the value as it is), ``(DECIMAL_TEXT,)`` (a decimal number's
-text as it is), ``(DATE,)``, ``(DATETIME,)`` (TiDB's text parsed, a zero date null)."""
+is), ``(FLOAT,)``, ``(TEXT,)``, ``(BYTES,)`` (the value as it is), ``(DECIMAL,)`` (a decimal number's
+text as the column's ``decimal128``, refused where it would round or overflow), ``(DECIMAL_TEXT,)`` (a
+decimal number's text as it is), ``(DATE,)``, ``(DATETIME,)`` (TiDB's text parsed, a zero date null)."""
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _PLAIN: dict[Callable[[Any], Any], Kind] = {
@@ -91,6 +92,10 @@ def convert_column(kind: Kind, values: Sequence[Any], target: pa.DataType) -> pa
         if name == TEXT:
             return text.cast(target)
         if name == DECIMAL_TEXT:
+            return text.cast(target) if _all(pc.match_substring_regex(text, _DECIMAL_RE)) else None
+        if name == DECIMAL:
+            # Arrow's cast refuses a number that would lose digits to the scale or overflow the precision
+            # (ArrowInvalid), as the converter does: those columns are left to it
             return text.cast(target) if _all(pc.match_substring_regex(text, _DECIMAL_RE)) else None
         if name in (DATE, DATETIME):
             return _parsed(text, _DATE_RE if name == DATE else _DATETIME_RE, target)

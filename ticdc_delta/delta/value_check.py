@@ -41,7 +41,7 @@ from ..core.records import ChangeRecord, DDLRecord
 from ..errors import SinkError, preview
 from .applier import TableCatalog
 from .arrow_types import _to_int64, _to_text_decimal, arrow_type_for, converter_for, widens
-from .column_convert import DECIMAL_TEXT, INT, convert_column, kind_of, register
+from .column_convert import DECIMAL, DECIMAL_TEXT, INT, convert_column, kind_of, register
 
 __all__ = ["Rejection", "ValueScreen", "column_name_problem", "describe_rejections", "value_bytes"]
 
@@ -406,6 +406,8 @@ class ValueScreen:
 
             return refuse
         target = arrow_type_for(type_code, int(flags), params)
+        if type_code == _DECIMAL and pa.types.is_decimal(target):
+            register(convert, (DECIMAL,))
         check: Callable[[Any], Any] = convert
         bits = _INT_BITS.get(type_code)
         if bits is not None:
