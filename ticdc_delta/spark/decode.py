@@ -126,89 +126,83 @@ def decode_messages(
     """Decode a column batch of messages into the columns of :data:`DECODED_ARROW_SCHEMA`, or with ``fold``
     (how names are compared) into those of :data:`NAMED_ARROW_SCHEMA`, with each row's routing when
     ``route`` is given (it gets the record, its images' shared layouts and its folded names);
-    ``layouts`` collects the layout of each signature."""
-    out: dict[str, list[Any]] = {name: [] for name in (NAMED_ARROW_SCHEMA if fold else DECODED_ARROW_SCHEMA).names}
-    o_topic, o_part, o_off, o_idx = out["topic"], out["partition"], out["offset"], out["idx"]
-    o_kind, o_ts, o_payload = out["kind"], out["commit_ts"], out["payload"]
-    o_err, o_key, o_val = out["error"], out["key"], out["value"]
-    o_schema, o_table = out.get("schema", []), out.get("table", [])
-    o_sig, o_hashes = out.get("sig", []), out.get("hashes", [])
+    ``layouts`` collects the layout of each signature.
 
-    def emit(topic: str, part: int, off: int, idx: int, kind: str, ts: int | None, payload: bytes | None,
-             err: str | None = None, key: bytes | None = None, value: bytes | None = None,
-             name: tuple[str, str] | None = None, routing: Routing | None = None) -> None:
-        o_topic.append(topic)
-        o_part.append(part)
-        o_off.append(off)
-        o_idx.append(idx)
-        o_kind.append(kind)
-        o_ts.append(ts)
-        o_payload.append(payload)
-        o_err.append(err)
-        o_key.append(key)
-        o_val.append(value)
-        if fold is not None:  # (names come folded)
-            o_schema.append(None if name is None else name[0])
-            o_table.append(None if name is None else name[1])
-            o_sig.append(None if routing is None else routing.signature)
-            o_hashes.append(None if routing is None else routing.hashes)
-            if routing is not None and layouts is not None:
-                layouts.setdefault(routing.signature, routing.layout)
+    The executors' hot loop: each output row is one tuple (the schema's columns in order), turned into
+    columns once at the end; a table's folded names and whether a location can hold it are worked out once
+    per batch."""
+    schema = NAMED_ARROW_SCHEMA if fold else DECODED_ARROW_SCHEMA
+    out: list[tuple[Any, ...]] = []
+    emit = out.append
+    tail: tuple[Any, ...] = (None,) * 4 if fold is not None else ()  # schema, table, sig, hashes
+    names: dict[tuple[Any, Any], tuple[str | None, tuple[str, str]]] = {}  # -> (problem, folded names)
 
     for topic, part, off, key, value in zip(topics, partitions, offsets, keys, values):
+        rows: list[tuple[Any, ...]] = []
         try:
             events = decoder.decode(key, value, DecodeContext(topic, part, off))
-            rows: list[tuple[int, str, int | None, bytes | None, tuple[str, str] | None, Any]] = []
             for idx, ev in enumerate(events):
                 ts = ev.commit_ts
                 if ts is not None and not 0 <= ts <= _MAX_LONG:
                     raise DecodeError(decoder.protocol, f"commit ts {ts} out of range", topic, part, off)
                 if isinstance(ev, ResolvedEvent):
-                    rows.append((idx, "resolved", ts, None, None, None))
-                elif isinstance(ev, (RowChange, DDLEvent)):
-                    if isinstance(ev, RowChange) and (bad := table_name_problem(ev.schema, ev.table)):
-                        # no Delta location can hold the table: the message goes to the dead-letter table
-                        raise DecodeError(decoder.protocol, bad, topic, part, off)
-                    name = routing = None
-                    if isinstance(ev, RowChange):
-                        name = (ev.schema, ev.table) if fold is None else (fold(ev.schema), fold(ev.table))
-                        if route is not None:  # the spark engine: the values travel, the layout once
-                            (new, new_id), (old, old_id) = _values(ev.columns), _values(ev.old)
-                            routing = route.of_values(new, old, new_id, old_id, name,  # type: ignore[arg-type]
-                                                      functools.partial(_layout_of_event, ev))
-                            payload = dump_row_values((ts, topic, part, off, idx, ev.schema, ev.table, ev.op,
-                                                       new, old))
-                            rows.append((idx, "row", ts, payload, name, routing))
-                            continue
-                    rows.append((idx, ev.kind, ts, dump_record(record_from_event(ev, topic, part, off, idx)),
-                                 name, routing))
+                    rows.append((topic, part, off, idx, "resolved", ts, None, None, None, None, *tail))
+                elif isinstance(ev, RowChange):
+                    ident = (ev.schema, ev.table)
+                    found = names.get(ident)
+                    if found is None:
+                        bad = table_name_problem(ev.schema, ev.table)
+                        found = names[ident] = (bad, ident if fold is None or bad else (fold(ev.schema), fold(ev.table)))
+                    if found[0]:  # no Delta location can hold the table: the message goes to the dead-letter table
+                        raise DecodeError(decoder.protocol, found[0], topic, part, off)
+                    name = found[1]
+                    if route is None:
+                        rows.append((topic, part, off, idx, ev.kind, ts,
+                                     dump_record(record_from_event(ev, topic, part, off, idx)), None, None, None,
+                                     *((*name, None, None) if fold is not None else ())))
+                        continue
+                    # the spark engine: the values travel, the layout once
+                    new: Any = ev.columns
+                    old: Any = ev.old
+                    if new is None:
+                        new_id = None
+                    elif new.__class__ is Image:
+                        new, new_id = new.values, new.layout
+                    else:
+                        new, new_id = tuple(c[3] for c in new), tuple((c[0], int(c[1]), int(c[2])) for c in new)
+                    if old is None:
+                        old_id = None
+                    elif old.__class__ is Image:
+                        old, old_id = old.values, old.layout
+                    else:
+                        old, old_id = tuple(c[3] for c in old), tuple((c[0], int(c[1]), int(c[2])) for c in old)
+                    routing = route.of_values(new, old, new_id, old_id, name,
+                                              functools.partial(_layout_of_event, ev))
+                    if layouts is not None:
+                        layouts.setdefault(routing.signature, routing.layout)
+                    rows.append((topic, part, off, idx, "row", ts,
+                                 dump_row_values((ts, topic, part, off, idx, ev.schema, ev.table, ev.op, new, old)),
+                                 None, None, None, *name, routing.signature, routing.hashes))
+                elif isinstance(ev, DDLEvent):
+                    rows.append((topic, part, off, idx, ev.kind, ts,
+                                 dump_record(record_from_event(ev, topic, part, off, idx)), None, None, None, *tail))
         except DecodeError as exc:
-            emit(topic, part, off, 0, "error", None, None, str(exc), key, value)
+            emit((topic, part, off, 0, "error", None, None, str(exc), key, value, *tail))
             continue
         except (TransientError, ConfigError):
             # e.g. the claim-check storage or the upstream is unreachable: the batch is retried, the message
             # kept; the upstream refused the credentials: the job stops
             raise
         except Exception as exc:  # noqa: BLE001 - a decoder bug must not kill the job: dead-letter it
-            emit(topic, part, off, 0, "error", None, None,
-                 f"{decoder.protocol}: unexpected {type(exc).__name__}: {exc}", key, value)
+            emit((topic, part, off, 0, "error", None, None,
+                  f"{decoder.protocol}: unexpected {type(exc).__name__}: {exc}", key, value, *tail))
             continue
-        if not rows:  # a message without events (e.g. an empty Open Protocol batch): keep its offset
-            emit(topic, part, off, 0, "empty", None, None)
-        for idx, kind, ts, data, name, routing in rows:
-            emit(topic, part, off, idx, kind, ts, data, name=name, routing=routing)
-    return out
-
-
-def _values(image: Any) -> tuple[tuple[Any, ...] | None, Any]:
-    """An event's image as its values and what identifies its layout: the decoders' shared
-    :class:`~ticdc_delta.codec.model.ImageLayout`, else its columns' ``(name, type, flags)`` (``None``,
-    ``None``: no image)."""
-    if image is None:
-        return None, None
-    if image.__class__ is Image:
-        return image.values, image.layout
-    return tuple(c[3] for c in image), tuple((c[0], int(c[1]), int(c[2])) for c in image)
+        if rows:
+            out.extend(rows)
+        else:  # a message without events (e.g. an empty Open Protocol batch): keep its offset
+            emit((topic, part, off, 0, "empty", None, None, None, None, None, *tail))
+    columns = list(map(list, zip(*out))) if out else [[] for _ in schema]
+    return dict(zip(schema.names, columns))
 
 
 def _layout_of_event(event: RowChange) -> Layout:
