@@ -39,10 +39,13 @@ per Kafka partition: a small batch's decode costs one task's start, not several 
 
 
 def few_tasks(batch_df: Any, messages: int | None) -> Any:
-    """``batch_df`` (a micro-batch of the Kafka source) in one partition when it reads at most
-    :data:`ONE_DECODE_TASK` messages (``messages``: the count from Spark's offset log, ``None`` when unknown):
-    a resolved ts broadcast to every partition and a change or two take one Python task, not a wave of tasks
-    per pair of cores. The decoder takes any mix of partitions (each row carries its own coordinates)."""
+    """``batch_df`` (a micro-batch of the Kafka source) as the decoder reads it: only the columns it reads
+    (``mapInArrow`` ships every column of its input to Python: not the Kafka timestamp), and in one
+    partition when it reads at most :data:`ONE_DECODE_TASK` messages (``messages``: the count from Spark's
+    offset log, ``None`` when unknown): a resolved ts broadcast to every partition and a change or two take
+    one Python task, not a wave of tasks per pair of cores. The decoder takes any mix of partitions (each
+    row carries its own coordinates)."""
+    batch_df = batch_df.select(*_INPUT_COLUMNS)
     if messages is not None and messages <= ONE_DECODE_TASK:
         return batch_df.coalesce(1)
     return batch_df
