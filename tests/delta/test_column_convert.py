@@ -44,7 +44,8 @@ _DATETIME_TEXT = st.one_of(
               st.sampled_from(["", ".", ".5", ".123456", ".1234567", "Z", "+08:00"])),
     st.sampled_from(["0000-00-00 00:00:00", "2024-01-01 24:00:00", "2024-01-01 23:59:60", "2024-02-30 10:00:00"]),
 )
-_INTS = st.one_of(st.integers(-300, 300), st.integers(-(1 << 64), 1 << 64), st.sampled_from([-(1 << 63), (1 << 63) - 1]))
+_INTS = st.one_of(st.integers(-300, 300), st.integers(-(1 << 64), 1 << 64),
+                  st.sampled_from([-(1 << 63), (1 << 63) - 1]))
 _ODD = st.one_of(st.booleans(), st.floats(allow_nan=False), st.decimals(allow_nan=False, places=2), st.text(max_size=3),
                  st.binary(max_size=3))
 _VALUES = {
@@ -56,7 +57,8 @@ _VALUES = {
                      st.sampled_from(["12.3.4", "Infinity", "1_000", " 5", "+5", "5.", ".5", "1e3"])),
     "d": _DATE_TEXT, "dt": _DATETIME_TEXT, "ts": _DATETIME_TEXT,
 }
-_VALUES["dec52"] = st.one_of(_VALUES["dec"], st.decimals(allow_nan=False, places=2, min_value=-999, max_value=999).map(str),
+_VALUES["dec52"] = st.one_of(_VALUES["dec"],
+                             st.decimals(allow_nan=False, places=2, min_value=-999, max_value=999).map(str),
                              st.sampled_from(["999.99", "1000.00", "-999.995", "1.10", "1.15", "007.5", "-0"]))
 
 
@@ -95,11 +97,13 @@ def assert_converts_as_the_screen(images: list[tuple]) -> None:
 @given(st.data())
 def test_a_column_converts_and_refuses_as_value_by_value(data: st.DataObject) -> None:
     # mostly columns of one kind of value, where the fast path is tried, some with odd values mixed in
-    columns = {name: data.draw(st.lists(st.one_of(st.none(), _VALUES[name], *([_ODD] if data.draw(st.booleans()) else [])),
-                                        min_size=1, max_size=8))
-               for name, _, _ in COLUMNS}
+    columns: dict[str, list] = {}
+    for name, _, _ in COLUMNS:
+        odd = [_ODD] if data.draw(st.booleans()) else []
+        columns[name] = data.draw(st.lists(st.one_of(st.none(), _VALUES[name], *odd), min_size=1, max_size=8))
     rows = max(map(len, columns.values()))
-    images = [tuple(columns[name][i] if i < len(columns[name]) else None for name, _, _ in COLUMNS) for i in range(rows)]
+    images = [tuple(columns[name][i] if i < len(columns[name]) else None for name, _, _ in COLUMNS)
+              for i in range(rows)]
     images.append(images[0][:3])  # an image of the first columns (an Avro delete: the key)
     assert_converts_as_the_screen(images)
 
@@ -116,7 +120,8 @@ def test_common_columns_take_one_arrow_call() -> None:
          [Decimal("12.50"), Decimal("-3.00"), None, Decimal("999.99"), Decimal("1.10")]),
         ((DATE,), ["2024-02-29", "0000-00-00", "2024-00-10", None], pa.date32(),
          [date(2024, 2, 29), None, None, None]),
-        ((DATETIME,), ["2024-01-02 03:04:05", "2024-01-02 03:04:05.5", "0000-00-00 00:00:00", "9999-12-31 23:59:59.999999"],
+        ((DATETIME,), ["2024-01-02 03:04:05", "2024-01-02 03:04:05.5", "0000-00-00 00:00:00",
+                       "9999-12-31 23:59:59.999999"],
          pa.timestamp("us"), [datetime(2024, 1, 2, 3, 4, 5), datetime(2024, 1, 2, 3, 4, 5, 500000), None,
                               datetime(9999, 12, 31, 23, 59, 59, 999999)]),
     ]

@@ -29,8 +29,8 @@ from ticdc_delta.core.ts_guard import TsGuard
 from ticdc_delta.delta.applier import TableCatalog
 from ticdc_delta.delta.arrow_types import converter_for
 from ticdc_delta.delta.value_check import ValueScreen
-from ticdc_delta.spark.columnar import (CHANGE, ColumnarTable, collapse_changes, columnar_fn, columnar_tables, final_counts,
-                                        integer_keys)
+from ticdc_delta.spark.columnar import (CHANGE, ColumnarTable, collapse_changes, columnar_fn, columnar_tables,
+                                        final_counts, integer_keys)
 
 from ..core.test_table_rules import _batches, _stream
 
@@ -191,7 +191,8 @@ def test_a_row_without_its_key_stops_the_job_unless_a_value_refuses_it_first() -
     table = ColumnarTable("s", "t", (other, key), (pa.int64(), pa.int64()), ("id",))
 
     def run(*images: tuple) -> list[dict]:
-        recs = [ChangeRecord(100 + i, "cdc", 0, i, 0, "s", "t", "insert", image, None) for i, image in enumerate(images)]
+        recs = [ChangeRecord(100 + i, "cdc", 0, i, 0, "s", "t", "insert", image, None)
+                for i, image in enumerate(images)]
         routes = [route(r, KeyResolver()) for r in recs]
         job = SimpleNamespace(rules=SimpleNamespace(place=lambda rec, held: RELEASED), keys=None,
                               catalog_json=TableCatalog().to_json(), tz="UTC", policy=None, case_sensitive=False,

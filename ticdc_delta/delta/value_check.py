@@ -324,8 +324,9 @@ class ValueScreen:
                     return self._reject(rec, column[0], value, str(exc))
         return None
 
-    def images_converter(self, schema: str, table: str, columns: Sequence[tuple[str, int, int]],
-                         types: Sequence[pa.DataType]) -> Callable[[Sequence[tuple]], tuple[list[pa.Array], dict[int, SinkError]]]:
+    def images_converter(
+        self, schema: str, table: str, columns: Sequence[tuple[str, int, int]], types: Sequence[pa.DataType],
+    ) -> Callable[[Sequence[tuple]], tuple[list[pa.Array], dict[int, SinkError]]]:
         """For a table whose every image lists a prefix of ``columns`` (``(name, type code, flags)``): a
         function from images (each as its values alone) to the table's Delta columns as the MERGE writes
         them — Arrow arrays of ``types``, an image's missing columns null — and the images :meth:`check`

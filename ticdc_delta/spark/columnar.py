@@ -9,11 +9,11 @@ change of each key in apply order, an update that changes the key deleting the o
 per key, which Spark computes without Python. So for a table whose rows allow it:
 
 1. one Python pass per row, where the decoded rows are (no shuffle): the row is placed (released, held,
-   replay, covered by the snapshot, implausible ts) and a released one is screened and converted at once
-   (:meth:`~ticdc_delta.delta.value_check.ValueScreen.images_converter`: the screen's checks convert as they
-   check, to what the MERGE writes, a column at a time) into the table's typed columns — two rows for an update that changes
-   the key (the old key's delete, the new key's upsert); held rows keep their record for the staging
-   table, refusals their reason;
+   replay, covered by the snapshot, implausible ts), and the released ones' values are screened and
+   converted a column at a time (:meth:`~ticdc_delta.delta.value_check.ValueScreen.images_converter`: the
+   screen's checks convert as they check, to what the MERGE writes) into the table's typed columns — two
+   rows for an update that changes the key (the old key's delete, the new key's upsert); held rows keep
+   their record for the staging table, refusals their reason;
 2. :func:`collapse_changes`: ``groupBy(key).max(struct(apply order, row))`` in the JVM;
 3. the collapsed rows are the MERGE's source as they are (no Python in the MERGE).
 
@@ -180,7 +180,7 @@ def columnar_fn(job: Any, table: ColumnarTable) -> Callable[[Iterator[pa.RecordB
                         present = [i for i in (new, old) if i is not None]
                         if not convert(present)[1]:
                             return _record_batch(schema, [], [], [("error", *(None,) * 8, pickle.dumps(
-                                _missing_key(fields, table.key)), None, None)], n_cols), False
+                                _missing_key(fields, table.key)), None, None)]), False
                         screened += present  # refused below, as they are converted again
                         screened_owners += [len(released)] * len(present)
                         released.append((fields, whole, sig))
@@ -236,7 +236,7 @@ def columnar_fn(job: Any, table: ColumnarTable) -> Callable[[Iterator[pa.RecordB
                 typed = [a.filter(keep) for a in typed]
                 changes = [meta for meta, owner in zip(changes, owners) if owner not in refused]
             others.append(("summary", *(None,) * 8, pickle.dumps({**counts, "layouts": sorted(held_sigs)}), None, None))
-            return _record_batch(schema, changes, typed, others, n_cols), True
+            return _record_batch(schema, changes, typed, others), True
 
         for batch in batches:
             with gc_paused():
@@ -248,8 +248,8 @@ def columnar_fn(job: Any, table: ColumnarTable) -> Callable[[Iterator[pa.RecordB
     return run
 
 
-def _record_batch(schema: pa.Schema, changes: list[tuple], typed: list[pa.Array], others: list[tuple],
-                  n_cols: int) -> pa.RecordBatch:
+def _record_batch(schema: pa.Schema, changes: list[tuple], typed: list[pa.Array], others: list[tuple]
+                  ) -> pa.RecordBatch:
     """The output batch of :func:`columnar_fn`: the typed ``changes`` (their :data:`_META` columns, their
     values in ``typed``: one array per table column, empty when there are none), then the ``others``
     (meta columns only, their values null)."""

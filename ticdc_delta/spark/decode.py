@@ -155,7 +155,8 @@ def decode_messages(
                     found = names.get(ident)
                     if found is None:
                         bad = table_name_problem(ev.schema, ev.table)
-                        found = names[ident] = (bad, ident if fold is None or bad else (fold(ev.schema), fold(ev.table)))
+                        folded = ident if fold is None or bad else (fold(ev.schema), fold(ev.table))
+                        found = names[ident] = (bad, folded)
                     if found[0]:  # no Delta location can hold the table: the message goes to the dead-letter table
                         raise DecodeError(decoder.protocol, found[0], topic, part, off)
                     name = found[1]
