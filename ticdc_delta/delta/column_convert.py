@@ -46,8 +46,6 @@ _NONE = type(None)
 _ARROW_ERRORS = (pa.ArrowException, OverflowError, TypeError, ValueError, UnicodeError)
 
 _DECIMAL_RE = r"^[+-]?[0-9]+(\.[0-9]+)?$"  # Decimal() reads each as the finite number it writes
-_DATE_RE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
-_DATETIME_RE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?$"
 
 
 def register(check: Callable[[Any], Any], kind: Kind) -> Callable[[Any], Any]:
@@ -98,30 +96,40 @@ def convert_column(kind: Kind, values: Sequence[Any], target: pa.DataType) -> pa
             # (ArrowInvalid), as the converter does: those columns are left to it
             return text.cast(target) if _all(pc.match_substring_regex(text, _DECIMAL_RE)) else None
         if name in (DATE, DATETIME):
-            return _parsed(text, _DATE_RE if name == DATE else _DATETIME_RE, target)
+            return _parsed(text, target)
     except _ARROW_ERRORS:
         return None
     return None
 
 
-def _parsed(text: pa.Array, pattern: str, target: pa.DataType) -> pa.Array | None:
-    """TiDB's DATE / DATETIME text (``YYYY-MM-DD[ HH:MM:SS[.f]]``) as ``target``: zero dates (``0000-..``,
-    a month or day ``00``) null as the converters make them, the rest parsed by Arrow and proven by
-    printing the value back. ``None``: a text not in that form, or not a valid date (the converter
-    decides, e.g. MySQL's ``2024-02-30``)."""
-    if not _all(pc.match_substring_regex(text, pattern)):
-        return None
-    zero = pc.or_(pc.or_(pc.equal(pc.utf8_slice_codeunits(text, 0, 4), "0000"),
-                         pc.equal(pc.utf8_slice_codeunits(text, 5, 7), "00")),
-                  pc.equal(pc.utf8_slice_codeunits(text, 8, 10), "00"))
-    if _any(zero):
-        text = pc.if_else(zero, pa.scalar(None, pa.string()), text)
-    parsed = text.cast(target)
+def _parsed(text: pa.Array, target: pa.DataType) -> pa.Array | None:
+    """TiDB's DATE / DATETIME text (``YYYY-MM-DD[ HH:MM:SS[.f]]``) as ``target``: zero dates (year ``0000``,
+    a month or day ``00``: the converters' positional test) null as the converters make them, the rest
+    parsed by Arrow and proven by printing the value back: a text that prints back as itself is the
+    canonical form of that value, which the converters read the same. ``None``: any other text (e.g.
+    ``2024-01-02T03:04:05``), or not a valid date (the converter decides, e.g. MySQL's ``2024-02-30``)."""
+    zero = pc.starts_with(text, "0000")
+    try:
+        parsed = (pc.if_else(zero, pa.scalar(None, pa.string()), text) if _any(zero) else text).cast(target)
+    except pa.ArrowInvalid:  # a month or day "00", or text Arrow does not read: test every zero date
+        zero = pc.or_(pc.or_(zero, pc.equal(pc.utf8_slice_codeunits(text, 5, 7), "00")),
+                      pc.equal(pc.utf8_slice_codeunits(text, 8, 10), "00"))
+        if not _any(zero):
+            return None
+        parsed = pc.if_else(zero, pa.scalar(None, pa.string()), text).cast(target)  # ArrowInvalid: None
+    text = pc.if_else(zero, pa.scalar(None, pa.string()), text)
     printed = parsed.cast(pa.string())
-    if pa.types.is_timestamp(target):  # printed with six fraction digits: the text's, padded
-        text = pc.if_else(pc.equal(pc.utf8_length(text), 19), pc.binary_join_element_wise(text, ".000000", ""),
-                          pc.utf8_rpad(text, 26, "0"))
-    return parsed if _all(pc.equal(printed, text)) else None
+    if not pa.types.is_timestamp(target):
+        return parsed if _all(pc.equal(printed, text)) else None
+    # printed with six fraction digits: ``YYYY-MM-DD HH:MM:SS.ffffff``
+    length = pc.utf8_length(text)
+    if _all(pc.equal(length, 19)):  # no fraction in the text: the value's is zero
+        return parsed if _all(pc.equal(pc.utf8_slice_codeunits(printed, 0, 19), text)) else None
+    if _any(pc.equal(length, 20)):  # "...SS." prints back padded, but is no time the converters read
+        return None
+    padded = pc.if_else(pc.equal(length, 19), pc.binary_join_element_wise(text, ".000000", ""),
+                        pc.utf8_rpad(text, 26, "0"))
+    return parsed if _all(pc.equal(printed, padded)) else None
 
 
 def _all(mask: pa.Array) -> bool:
