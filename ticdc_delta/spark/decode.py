@@ -166,20 +166,7 @@ def decode_messages(
                                      *((*name, None, None) if fold is not None else ())))
                         continue
                     # the spark engine: the values travel, the layout once
-                    new: Any = ev.columns
-                    old: Any = ev.old
-                    if new is None:
-                        new_id = None
-                    elif new.__class__ is Image:
-                        new, new_id = new.values, new.layout
-                    else:
-                        new, new_id = tuple(c[3] for c in new), tuple((c[0], int(c[1]), int(c[2])) for c in new)
-                    if old is None:
-                        old_id = None
-                    elif old.__class__ is Image:
-                        old, old_id = old.values, old.layout
-                    else:
-                        old, old_id = tuple(c[3] for c in old), tuple((c[0], int(c[1]), int(c[2])) for c in old)
+                    (new, new_id), (old, old_id) = _values(ev.columns), _values(ev.old)
                     routing = route.of_values(new, old, new_id, old_id, name,
                                               functools.partial(_layout_of_event, ev))
                     if layouts is not None:
@@ -207,6 +194,17 @@ def decode_messages(
             emit((topic, part, off, 0, "empty", None, None, None, None, None, *tail))
     columns = list(map(list, zip(*out))) if out else [[] for _ in schema]
     return dict(zip(schema.names, columns))
+
+
+def _values(image: Any) -> tuple[tuple[Any, ...] | None, Any]:
+    """An event's image as its values and what identifies its layout: the decoders' shared
+    :class:`~ticdc_delta.codec.model.ImageLayout`, else its columns' ``(name, type, flags)`` (``None``,
+    ``None``: no image)."""
+    if image is None:
+        return None, None
+    if image.__class__ is Image:
+        return image.values, image.layout
+    return tuple(c[3] for c in image), tuple((c[0], int(c[1]), int(c[2])) for c in image)
 
 
 def _layout_of_event(event: RowChange) -> Layout:
