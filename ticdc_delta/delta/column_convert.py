@@ -89,11 +89,9 @@ def convert_column(kind: Kind, values: Sequence[Any], target: pa.DataType) -> pa
         text = pa.array(values, type=pa.string())
         if name == TEXT:
             return text.cast(target)
-        if name == DECIMAL_TEXT:
-            return text.cast(target) if _all(pc.match_substring_regex(text, _DECIMAL_RE)) else None
-        if name == DECIMAL:
-            # Arrow's cast refuses a number that would lose digits to the scale or overflow the precision
-            # (ArrowInvalid), as the converter does: those columns are left to it
+        if name in (DECIMAL, DECIMAL_TEXT):
+            # to a decimal128, Arrow's cast refuses a number that would lose digits to the scale or overflow
+            # the precision (ArrowInvalid), as the converter does: those columns are left to it
             return text.cast(target) if _all(pc.match_substring_regex(text, _DECIMAL_RE)) else None
         if name in (DATE, DATETIME):
             return _parsed(text, target)
@@ -109,15 +107,17 @@ def _parsed(text: pa.Array, target: pa.DataType) -> pa.Array | None:
     canonical form of that value, which the converters read the same. ``None``: any other text (e.g.
     ``2024-01-02T03:04:05``), or not a valid date (the converter decides, e.g. MySQL's ``2024-02-30``)."""
     zero = pc.starts_with(text, "0000")
+    if _any(zero):
+        text = pc.if_else(zero, pa.scalar(None, pa.string()), text)
     try:
-        parsed = (pc.if_else(zero, pa.scalar(None, pa.string()), text) if _any(zero) else text).cast(target)
-    except pa.ArrowInvalid:  # a month or day "00", or text Arrow does not read: test every zero date
-        zero = pc.or_(pc.or_(zero, pc.equal(pc.utf8_slice_codeunits(text, 5, 7), "00")),
+        parsed = text.cast(target)
+    except pa.ArrowInvalid:  # a month or day "00", or text Arrow does not read: test the other zero dates
+        zero = pc.or_(pc.equal(pc.utf8_slice_codeunits(text, 5, 7), "00"),
                       pc.equal(pc.utf8_slice_codeunits(text, 8, 10), "00"))
         if not _any(zero):
             return None
-        parsed = pc.if_else(zero, pa.scalar(None, pa.string()), text).cast(target)  # ArrowInvalid: None
-    text = pc.if_else(zero, pa.scalar(None, pa.string()), text)
+        text = pc.if_else(zero, pa.scalar(None, pa.string()), text)
+        parsed = text.cast(target)  # ArrowInvalid: None
     printed = parsed.cast(pa.string())
     if not pa.types.is_timestamp(target):
         return parsed if _all(pc.equal(printed, text)) else None

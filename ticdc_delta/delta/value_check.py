@@ -354,7 +354,7 @@ class ValueScreen:
 
         def convert(images: Sequence[tuple]) -> tuple[list[pa.Array], dict[int, SinkError]]:
             failed = {i: SinkError(f"{schema}.{table}: refused") for i, image in enumerate(images)
-                      if len(image) > refused}
+                      if len(image) > refused} if refused < width else {}
             if refused < 0:
                 return [pa.nulls(len(images), t) for t in types], failed
             full = [image if len(image) == width else (*image, *pad[len(image):]) for image in images]

@@ -258,7 +258,7 @@ def _record_batch(schema: pa.Schema, changes: list[tuple], typed: list[pa.Array]
     arrays = [pa.array(col, type=f.type) for col, f in zip(columns, schema)]
     for i, f in enumerate(list(schema)[len(_META):]):
         nulls = pa.nulls(len(others), f.type)
-        arrays.append(pa.concat_arrays([typed[i], nulls]) if changes else pa.nulls(len(meta), f.type))
+        arrays.append(pa.concat_arrays([typed[i], nulls]) if changes else nulls)  # (then meta is others)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
