@@ -84,26 +84,34 @@ def _values_of(rec: ChangeRecord) -> tuple:
 
 @pytest.mark.parametrize("event", cases.ROW_EVENTS, ids=lambda e: e.op)
 def test_a_row_in_flight_is_its_values_and_with_its_layout_its_record(event: RowChange) -> None:
-    """dump_row_values (the spark engine's decoder: each image its values) with the row's layout gives the
-    record back, as dump_record's bytes do without one; both read as values by row_values."""
+    """dump_row_values (the spark engine's decoder: the op and each image as its values) with the row's
+    coordinates and layout gives the record back, as dump_record's bytes do without them; both read as
+    values by row_values."""
     from ticdc_delta.core.key_buckets import layout
 
     rec = record_from_event(event, "t", 1, 2, 3)
-    data = dump_row_values(_values_of(rec))
-    assert len(data) < len(dump_record(rec))
-    assert load_row(data, layout(rec)) == rec
-    assert load_row(dump_record(rec)) == rec  # a whole record needs no layout
-    assert row_values(data) == (_values_of(rec), None)
-    assert row_values(dump_record(rec)) == (_values_of(rec), rec)
+    values = _values_of(rec)
+    data = dump_row_values(*values[7:])
+    coords = values[:7]
+    assert len(data) < len(dump_record(rec)) - 20  # (the coordinates and names are not in it)
+    assert load_row(data, layout(rec), coords) == rec
+    assert load_row(dump_record(rec)) == rec  # a whole record needs no layout or coordinates
+    assert row_values(data, coords) == (values, None)
+    assert row_values(dump_record(rec)) == (values, rec)
+    assert row_values(dump_record(rec), ("ignored",) * 7) == (values, rec)  # its own coordinates
     with pytest.raises(ValueError, match="no layout"):
-        load_row(data)
+        load_row(data, None, coords)
+    with pytest.raises(ValueError, match="without its coordinates"):
+        load_row(data, layout(rec))
+    with pytest.raises(ValueError, match="without its coordinates"):
+        row_values(data)
     if rec.new is not None and rec.old is not None and len(layout(rec)) == 2:
         with pytest.raises(ValueError, match="no layout"):
-            load_row(data, layout(rec)[:1] * 3)
+            load_row(data, layout(rec)[:1] * 3, coords)
     if rec.new is not None:
         shorter = (tuple(layout(rec)[0][:-1]), *layout(rec)[1:])
         with pytest.raises(ValueError, match="values for a layout"):
-            load_row(data, shorter)
+            load_row(data, shorter, coords)
 
 
 def test_a_row_in_flight_takes_one_layout_for_images_alike() -> None:
@@ -113,9 +121,9 @@ def test_a_row_in_flight_takes_one_layout_for_images_alike() -> None:
     image = (("id", 8, 2, 1), ("v", 15, 0, "a"))
     rec = ChangeRecord(5, "t", 0, 1, 0, "s", "x", "update", image, (image[0], ("v", 15, 0, "b")))
     assert len(layout(rec)) == 1
-    assert load_row(dump_row_values(_values_of(rec)), layout(rec)) == rec
+    assert load_row(dump_row_values(*_values_of(rec)[7:]), layout(rec), rec[:7]) == rec
     bare = ChangeRecord(5, "t", 0, 1, 0, "s", "x", "delete", None, None)
-    assert load_row(dump_row_values(_values_of(bare)), layout(bare)) == bare
+    assert load_row(dump_row_values(*_values_of(bare)[7:]), layout(bare), bare[:7]) == bare
 
 
 @pytest.mark.parametrize("data", [b"not a pickle", dump_record(DDLRecord(1, "t", 0, 0, 0, "s", "x", "q", 3)),

@@ -316,7 +316,6 @@ def test_the_router_routes_a_row_given_as_its_values_as_its_record() -> None:
         built.clear()
         for r in rows:
             values = [None if i is None else tuple(c[3] for c in i) for i in (r.new, r.old)]
-            got = router.of_values(*values, ident(r.new), ident(r.old), (r.schema, r.table),
-                                   lambda r=r: columns(r))
+            got = router.of_values(*values, ident(r.new), ident(r.old), (r.schema, r.table), columns, r)
             assert got == route(r, KeyResolver({(r.schema, r.table): override} if override else None)), r
         assert len(built) == len({(ident(r.new), ident(r.old)) for r in rows}) < len(rows)

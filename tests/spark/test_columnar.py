@@ -77,9 +77,7 @@ def _cases(seed: int, mode: str):
                                     TableCatalog().params, 1)[ident]
             # as the engine has them: the decoder's rows as their values, the held ones as whole records
             routes = [route(r, KeyResolver()) for r in [*new, *held]]
-            batch = pa.RecordBatch.from_pydict({"held": [False] * len(new) + [True] * len(held),
-                                                "payload": [*map(_in_flight, new), *map(dump_record, held)],
-                                                "sig": [r.signature for r in routes]})
+            batch = _input(new, held, routes)
             job = SimpleNamespace(rules=rules, keys=None, catalog_json=TableCatalog().to_json(), tz="UTC",
                                   policy=None, case_sensitive=False, delta_types=None,
                                   layouts={r.signature: r.layout for r in routes})
@@ -88,9 +86,19 @@ def _cases(seed: int, mode: str):
         held_rows = next_held
 
 
+def _input(new: list[ChangeRecord], held: list[ChangeRecord], routes: list[Any]) -> pa.RecordBatch:
+    """The columnar path's input as the engine gives it: the decoder's rows as their values with their
+    coordinates, then the held ones as whole records (no coordinates: the staging table has none)."""
+    coords = {name: [getattr(r, name) for r in new] + [None] * len(held)
+              for name in ("commit_ts", "topic", "partition", "offset", "idx")}
+    return pa.RecordBatch.from_pydict({"held": [False] * len(new) + [True] * len(held),
+                                       "payload": [*map(_in_flight, new), *map(dump_record, held)],
+                                       "sig": [r.signature for r in routes], **coords})
+
+
 def _in_flight(r: ChangeRecord) -> bytes:
     """A new row's bytes as the decoder hands them on (its images as values alone)."""
-    return dump_row_values((*r[:8], *(None if i is None else tuple(c[3] for c in i) for i in (r.new, r.old))))
+    return dump_row_values(r.op, *(None if i is None else tuple(c[3] for c in i) for i in (r.new, r.old)))
 
 
 def _expected(table: Any, whole: Any) -> dict:
@@ -194,11 +202,10 @@ def test_a_row_without_its_key_stops_the_job_unless_a_value_refuses_it_first() -
         recs = [ChangeRecord(100 + i, "cdc", 0, i, 0, "s", "t", "insert", image, None)
                 for i, image in enumerate(images)]
         routes = [route(r, KeyResolver()) for r in recs]
-        job = SimpleNamespace(rules=SimpleNamespace(place=lambda rec, held: RELEASED), keys=None,
+        job = SimpleNamespace(rules=SimpleNamespace(placer=lambda schema, table: lambda *row: RELEASED), keys=None,
                               catalog_json=TableCatalog().to_json(), tz="UTC", policy=None, case_sensitive=False,
                               delta_types=None, layouts={r.signature: r.layout for r in routes})
-        batch = pa.RecordBatch.from_pydict({"held": [False] * len(recs), "payload": [_in_flight(r) for r in recs],
-                                            "sig": [r.signature for r in routes]})
+        batch = _input(recs, [], routes)
         return pa.Table.from_batches(list(columnar_fn(job, table)(iter([batch])))).to_pylist()
 
     whole = ((*other, 5), (*key, 1))

@@ -36,6 +36,9 @@ from .records import ChangeRecord
 __all__ = ["Layout", "Router", "Routing", "key_hash", "layout", "owns", "route", "signature", "split", "splittable"]
 
 
+_new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__ (once per row on the executors)
+
+
 def _digest(data: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big", signed=True)
 
@@ -159,43 +162,52 @@ class Router:
         new, old = record.new, record.old
         new_id = None if new is None else (new_layout if new_layout is not None else tuple(map(_COLUMN, new)))
         old_id = None if old is None else (old_layout if old_layout is not None else tuple(map(_COLUMN, old)))
-        return self._route(new, old, new_id, old_id, table or (record.schema, record.table),
-                           lambda: layout(record), 3)
+        return self._route(new, old, new_id, old_id, table or (record.schema, record.table), layout, record, 3)
 
     def of_values(self, new: tuple[Any, ...] | None, old: tuple[Any, ...] | None, new_layout: Hashable,
                   old_layout: Hashable, table: tuple[str, str],
-                  columns: Callable[[], Layout]) -> Routing:
+                  columns: Callable[[Any], Layout], source: Any) -> Routing:
         """:meth:`__call__` for a row given as its images' values (``new``, ``old``; ``None``: no such
         image), what identifies their layouts (as there; required) and its (folded) ``table``;
-        ``columns()`` gives the row's :data:`Layout` (called once per pair of layouts)."""
+        ``columns(source)`` gives the row's :data:`Layout` (called once per pair of layouts)."""
         return self._route(new, old, None if new is None else new_layout, None if old is None else old_layout,
-                           table, columns, None)
+                           table, columns, source, None)
 
     def _route(self, new: Any, old: Any, new_id: Hashable, old_id: Hashable, ident: tuple[str, str],
-               columns: Callable[[], Layout], at: int | None) -> Routing:
+               columns: Callable[[Any], Layout], source: Any, at: int | None) -> Routing:
         """The routing of a row whose images are ``new``/``old``: sequences of columns, whose value is at
-        ``at`` (3: records' column tuples), or of values (``at`` ``None``)."""
+        ``at`` (3: records' column tuples), or of values (``at`` ``None``); ``columns(source)``: its layout.
+        The executors' decoder routes every row with it."""
         shape = self._shapes.get((new_id, old_id))
         if shape is None:
-            found = columns()
+            found = columns(source)
             shape = self._shapes[(new_id, old_id)] = _Shape(signature(found), found, {})
         image = new if new is not None else old
         if image is None:
-            return Routing(shape.signature, [0], shape.layout)
+            return _new_tuple(Routing, (shape.signature, [0], shape.layout))
         positions = shape.positions.get(ident)
         if positions is None:
             positions = shape.positions[ident] = self._positions(ident, shape.layout[0],
                                                                  shape.layout[-1] if old is not None else None)
         new_at, old_at = positions
         if new_at is None:
-            return Routing(shape.signature, [0], shape.layout)
-        key = tuple(image[i] for i in new_at) if at is None else tuple(image[i][at] for i in new_at)
-        hashes = [key_hash(key)]
+            return _new_tuple(Routing, (shape.signature, [0], shape.layout))
+        if at is None:
+            key = (image[new_at[0]],) if len(new_at) == 1 else tuple([image[i] for i in new_at])
+        else:
+            key = tuple([image[i][at] for i in new_at])
+        if len(key) == 1 and key[0].__class__ is int:  # (key_hash of one integer, inline: most keys)
+            hashes = [zlib.crc32(b"#%d" % hash(key[0]))]
+        else:
+            hashes = [key_hash(key)]
         if new is not None and old is not None and old_at is not None:
-            old_key = tuple(old[i] for i in old_at) if at is None else tuple(old[i][at] for i in old_at)
+            if at is None:
+                old_key = (old[old_at[0]],) if len(old_at) == 1 else tuple([old[i] for i in old_at])
+            else:
+                old_key = tuple([old[i][at] for i in old_at])
             if old_key != key:
                 hashes.append(key_hash(old_key))
-        return Routing(shape.signature, hashes, shape.layout)
+        return _new_tuple(Routing, (shape.signature, hashes, shape.layout))
 
     def _positions(self, ident: tuple[str, str], first: tuple[tuple[str, int, int], ...],
                    old: tuple[tuple[str, int, int], ...] | None) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:

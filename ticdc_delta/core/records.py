@@ -20,6 +20,7 @@ from ..codec.model import DDLEvent, Image, RowChange
 __all__ = [
     "ColumnTuple",
     "ChangeRecord",
+    "Coords",
     "DDLRecord",
     "Record",
     "record_from_event",
@@ -134,41 +135,49 @@ def load_record(data: bytes) -> Record:
     raise ValueError(f"not a dumped record: kind {kind!r}")
 
 
-def dump_row_values(fields: tuple[Any, ...]) -> bytes:
-    """Bytes for a row change in flight between the ``spark`` engine's passes of one micro-batch:
-    ``fields`` are a :class:`ChangeRecord`'s with each image as its values alone. The images' columns are
-    the row's layout (:data:`~.key_buckets.Layout`), which travels once per layout, not once per row; half
-    the bytes of :func:`dump_record` and less than half the time to write and read. Never stored: the
-    staging table and the state hold :func:`dump_record` bytes."""
-    return pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL)
+def dump_row_values(op: str, new: tuple[Any, ...] | None, old: tuple[Any, ...] | None) -> bytes:
+    """Bytes for a row change in flight between the ``spark`` engine's passes of one micro-batch: its op and
+    each image as its values alone. The row's coordinates and (folded) names are columns of the frame it
+    travels in, and its images' columns are its layout (:data:`~.key_buckets.Layout`), which travels once
+    per layout, not once per row: a fraction of the bytes of :func:`dump_record` and of the time to write
+    and read them. Never stored: the staging table and the state hold :func:`dump_record` bytes."""
+    return pickle.dumps((op, new, old), protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _row_fields(data: bytes) -> tuple[tuple[Any, ...], bool]:
-    """The unpickled fields of :func:`dump_row_values` or :func:`dump_record` row bytes, and whether they
-    are the former's (each image as its values) rather than a whole record's.
+Coords = tuple[Any, ...]
+"""A row's ``(commit ts, topic, partition, offset, idx, schema, table)``: the fields of its
+:class:`ChangeRecord` before its op, which :func:`dump_row_values` bytes do not hold."""
+
+
+def _row_fields(data: bytes, coords: Coords | None) -> tuple[tuple[Any, ...], bool]:
+    """The fields of :func:`dump_row_values` (after ``coords``) or :func:`dump_record` row bytes, and
+    whether they are the former's (each image as its values) rather than a whole record's.
 
     Raises:
-        ValueError: the bytes are neither.
+        ValueError: the bytes are neither, or values without ``coords``.
     """
     try:
         fields = pickle.loads(data)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure means corrupt bytes
         raise ValueError(f"not a dumped row: {exc}") from exc
-    if len(fields) == len(ChangeRecord._fields):
-        return fields, True
+    if len(fields) == 3 and fields[0].__class__ is str:
+        if coords is None:
+            raise ValueError("a row in flight without its coordinates")
+        return (*coords, *fields), True
     if len(fields) != 2 or fields[0] != "row":
         raise ValueError(f"not a dumped row: {fields[0]!r}")
     return fields[1], False
 
 
-def row_values(data: bytes) -> tuple[tuple[Any, ...], ChangeRecord | None]:
-    """The fields of the row change in :func:`dump_row_values` or :func:`dump_record` bytes, with each
-    image as its values, and the record itself when the bytes held a whole one (else ``None``).
+def row_values(data: bytes, coords: Coords | None = None) -> tuple[tuple[Any, ...], ChangeRecord | None]:
+    """The fields of the row change in :func:`dump_row_values` bytes (its ``coords`` before them) or in
+    :func:`dump_record` bytes (which hold their own), with each image as its values, and the record itself
+    when the bytes held a whole one (else ``None``).
 
     Raises:
-        ValueError: the bytes are neither.
+        ValueError: the bytes are neither, or values without ``coords``.
     """
-    fields, values = _row_fields(data)
+    fields, values = _row_fields(data, coords)
     if values:
         return fields, None
     rec = ChangeRecord(*fields)
@@ -177,15 +186,16 @@ def row_values(data: bytes) -> tuple[tuple[Any, ...], ChangeRecord | None]:
             None if old is None else tuple(c[3] for c in old)), rec
 
 
-def load_row(data: bytes, layout: Any = None) -> ChangeRecord:
+def load_row(data: bytes, layout: Any = None, coords: Coords | None = None) -> ChangeRecord:
     """The row change of :func:`dump_record` or :func:`dump_row_values` bytes; ``layout``: the row's
-    :data:`~.key_buckets.Layout` (the columns of its images, new then old, one when they are alike), which
-    the latter need.
+    :data:`~.key_buckets.Layout` (the columns of its images, new then old, one when they are alike) and
+    ``coords`` (:data:`Coords`), which the latter need.
 
     Raises:
-        ValueError: the bytes are neither, or the layout is missing or does not fit the values.
+        ValueError: the bytes are neither, or the layout or coordinates are missing, or the layout does
+            not fit the values.
     """
-    fields, values = _row_fields(data)
+    fields, values = _row_fields(data, coords)
     return record_of_values(fields, layout) if values else ChangeRecord(*fields)
 
 

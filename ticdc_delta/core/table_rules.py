@@ -81,18 +81,11 @@ class TableRules:
     # anything not known to touch named tables only). A table's rows move past the steps that leave it alone,
     # so it gets one MERGE per DDL *of its own* in a batch instead of one per DDL of the batch.
     concerns: tuple[frozenset[tuple[str, str]] | None, ...] | None = None
+    _placers: dict[tuple[str, str], Callable[..., Any]] = field(default_factory=dict, init=False, repr=False,
+                                                                compare=False)  # (placer per table, not pickled)
 
-    def partition_watermark(self, topic: str, partition: int, offset: int, idx: int) -> int | None:
-        """The partition's watermark just before ``(offset, idx)``: the largest of the starting watermark
-        and the marks before it (a smaller mark is a replay and moved nothing: a running maximum)."""
-        wm = self.start.get((topic, partition))
-        found = self.marks.get((topic, partition))
-        if found:
-            positions, after = found
-            i = bisect_left(positions, (offset, idx))
-            if i:
-                wm = after[i - 1]
-        return wm
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_placers": {}}
 
     def segment_of(self, record: Record) -> int:
         """How many DDL steps of the batch come before ``record``."""
@@ -183,21 +176,44 @@ class TableRules:
 
         Both engines' per-table rules place every row with it; what is then done with the released rows
         (the value screen, the collapse per key) depends on the others of their table."""
-        if not held and self.guard is not None:
-            reason = self.guard.check(rec.commit_ts, f"{rec.kind} commit ts")
-            if reason is not None:
-                return RejectedTs(rec.topic, rec.partition, rec.offset, rec.idx, rec.kind, rec.commit_ts,  # type: ignore[arg-type]
-                                  reason)
-        if self.seam and self.seam.covers(rec):  # the table's snapshot holds it (core/snapshot_seam)
-            return SNAPSHOT
-        if self.mode != WATERMARK:
-            return RELEASED
-        if not held:
-            wm = self.partition_watermark(rec.topic, rec.partition, rec.offset, rec.idx)
-            if wm is not None and rec.commit_ts is not None and rec.commit_ts < wm:
-                return REPLAY
-        upto = self.topic_watermarks.get(rec.topic)
-        return RELEASED if upto is not None and (rec.commit_ts or 0) <= upto else HELD
+        placer = self._placers.get((rec.schema, rec.table))
+        if placer is None:
+            placer = self._placers[(rec.schema, rec.table)] = self.placer(rec.schema, rec.table)
+        return placer(rec.commit_ts, rec.topic, rec.partition, rec.offset, rec.idx, held)
+
+    def placer(self, schema: str, table: str) -> Callable[[int | None, str, int, int, int, bool], "str | RejectedTs"]:
+        """:meth:`place` for the rows of one (folded) table, as a function of what decides it — a row's
+        commit ts, topic, partition, offset, index in its message and ``held`` — with the table's and the
+        batch's lookups done once: the columnar path places a row without building its record."""
+        guard, watermark = self.guard, self.mode == WATERMARK
+        max_ts = guard.max_ts if guard is not None else None
+        covered = self.seam.tsos.get((schema, table)) if self.seam else None  # (SnapshotSeam.covers of a row)
+        start, marks, topics = self.start, self.marks, self.topic_watermarks
+
+        def place(ts: int | None, topic: str, partition: int, offset: int, idx: int, held: bool) -> "str | RejectedTs":
+            if ts is not None:
+                if max_ts is not None and ts > max_ts and not held:
+                    return RejectedTs(topic, partition, offset, idx, "row", ts,
+                                      guard.check(ts, "row commit ts"))  # type: ignore[union-attr,arg-type]
+                if covered is not None and ts <= covered:
+                    return SNAPSHOT
+            if not watermark:
+                return RELEASED
+            if not held and ts is not None:
+                # the partition's watermark just before the row: the starting one, or the one after the last
+                # mark before it (``marks`` holds the running maximum: a smaller mark is a replay)
+                wm = start.get((topic, partition))
+                found = marks.get((topic, partition))
+                if found:
+                    i = bisect_left(found[0], (offset, idx))
+                    if i:
+                        wm = found[1][i - 1]
+                if wm is not None and ts < wm:
+                    return REPLAY
+            upto = topics.get(topic)
+            return RELEASED if upto is not None and (ts or 0) <= upto else HELD
+
+        return place
 
     def _own_steps(self, rec: ChangeRecord) -> list[int]:
         """The indexes of the DDL steps that can change ``rec``'s table (``concerns``), ascending."""

@@ -44,7 +44,7 @@ from ..delta.sink import OP_COLUMN, OP_DELETE, OP_UPSERT
 from ..errors import SinkError
 
 __all__ = ["ColumnarTable", "columnar_tables", "columnar_schema", "columnar_fn", "collapse_changes",
-           "final_counts", "integer_keys", "merge_source", "CHANGE", "SMALL_KINDS"]
+           "final_counts", "integer_keys", "merge_source", "CHANGE", "SMALL_KINDS", "INPUT_COLUMNS"]
 
 CHANGE = "change"
 """The ``_kind`` of a typed change (the other kinds carry a ``_payload``: ``held``, ``rejection``,
@@ -52,6 +52,9 @@ CHANGE = "change"
 REJECTION = "rejection"
 """The ``_kind`` of a change the value screen refused (``_payload``: the pickled
 :class:`~ticdc_delta.delta.value_check.Rejection`)."""
+INPUT_COLUMNS = ("held", "payload", "sig", "commit_ts", "topic", "partition", "offset", "idx")
+"""The columns :func:`columnar_fn` reads: the record path's ``held``, ``payload`` and ``sig``, and a new row's
+coordinates (null for a held row: its record holds them), which place it without unpickling it."""
 SMALL_KINDS = ("summary", "error")
 """The kinds the driver collects (one ``summary`` per Arrow batch: counts and held layouts)."""
 
@@ -124,9 +127,9 @@ def columnar_schema(table: ColumnarTable) -> pa.Schema:
 
 
 def columnar_fn(job: Any, table: ColumnarTable) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of one table's rows (columns ``held``, ``payload``, ``sig`` of the
-    record path's input: the decoder's rows travel as their values, the held ones as whole records): per
-    row its place (:meth:`~ticdc_delta.core.table_rules.TableRules.place`); a released row screened and
+    """The ``mapInArrow`` function of one table's rows (:data:`INPUT_COLUMNS`: the decoder's rows travel
+    as their values and coordinates, the held ones as whole records): per row its place
+    (:meth:`~ticdc_delta.core.table_rules.TableRules.placer`); a released row screened and
     converted (``_kind`` :data:`CHANGE`: ``_op`` upsert or delete, the image's values in
     ``c0``... up to its ``_width``, the rest null), a held row with its record and routing for the staging
     table, a refused one with its reason; per Arrow batch one ``summary`` row of counts. ``job``: the
@@ -149,7 +152,7 @@ def columnar_fn(job: Any, table: ColumnarTable) -> Callable[[Iterator[pa.RecordB
                              case_sensitive=job.case_sensitive, delta_type=job.delta_types)
         convert = screen.images_converter(table.schema, table.table, table.columns, table.types)
         router = Router(job.keys)
-        place = job.rules.place
+        place = job.rules.placer(*folded)
 
         def rows_of(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, bool]:
             changes: list[tuple] = []  # the meta columns of each typed change, in _META's order
@@ -162,15 +165,16 @@ def columnar_fn(job: Any, table: ColumnarTable) -> Callable[[Iterator[pa.RecordB
             counts = {"replays": 0, "held": 0, "released": 0, "rejections": 0, "snapshot_dropped": 0,
                       "rejected_ts": 0}
             held_sigs: set[int] = set()
-            for is_held, payload, sig in zip(batch.column("held").to_pylist(), batch.column("payload").to_pylist(),
-                                             batch.column("sig").to_pylist()):
-                fields, whole = row_values(payload)
-                # as the rules fold names (the frame holds one table); the images as their values: a record
-                # of the scalars places the row, the whole one is built for the rows that need it
-                fields = (*fields[:5], *folded, *fields[7:])
-                rec = ChangeRecord._make((*fields[:8], None, None))
-                where = place(rec, held=is_held)
-                coords = fields[:5]
+            for is_held, payload, sig, *coords in zip(*(batch.column(name).to_pylist() for name in INPUT_COLUMNS)):
+                if is_held:  # a row from the staging table: its coordinates are in its record
+                    fields, whole = row_values(payload)
+                    fields = (*fields[:5], *folded, *fields[7:])  # (the names as the rules fold them)
+                    coords = [*fields[:5]]
+                    where = place(*coords, True)
+                else:  # placed by its columns: a row that is dropped is never unpickled
+                    where = place(*coords, False)
+                    if where == RELEASED or where == HELD:
+                        fields, whole = row_values(payload, (*coords, *folded))
                 if where == RELEASED:
                     counts["released"] += 1
                     new, old = fields[8], fields[9]
@@ -201,7 +205,7 @@ def columnar_fn(job: Any, table: ColumnarTable) -> Callable[[Iterator[pa.RecordB
                         else:
                             screened.append(old)
                             screened_owners.append(row)
-                    changes.append((CHANGE, *coords, OP_UPSERT, rec.op, len(new), None, None, None))
+                    changes.append((CHANGE, *coords, OP_UPSERT, fields[7], len(new), None, None, None))
                     images.append(new)
                     owners.append(row)
                 elif where == HELD:

@@ -3,13 +3,12 @@
 Every input message becomes one output row per event it holds, or one ``error`` row carrying the message
 itself (key, value and what was wrong) for the dead-letter table. Rows and DDL travel as
 :func:`~ticdc_delta.core.records.dump_record` bytes — rows for the ``spark`` engine (given the key
-columns) as :func:`~ticdc_delta.core.records.dump_row_values` bytes, their layouts in the ``LAYOUT``
-rows —; resolved marks as their commit ts.
+columns) as :func:`~ticdc_delta.core.records.dump_row_values` bytes (op and values: their coordinates and
+names are the row's columns), their layouts in the ``LAYOUT`` rows —; resolved marks as their commit ts.
 """
 
 from __future__ import annotations
 
-import functools
 import pickle
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -167,12 +166,11 @@ def decode_messages(
                         continue
                     # the spark engine: the values travel, the layout once
                     (new, new_id), (old, old_id) = _values(ev.columns), _values(ev.old)
-                    routing = route.of_values(new, old, new_id, old_id, name,
-                                              functools.partial(_layout_of_event, ev))
+                    routing = route.of_values(new, old, new_id, old_id, name, _layout_of_event, ev)
                     if layouts is not None:
                         layouts.setdefault(routing.signature, routing.layout)
                     rows.append((topic, part, off, idx, "row", ts,
-                                 dump_row_values((ts, topic, part, off, idx, ev.schema, ev.table, ev.op, new, old)),
+                                 dump_row_values(ev.op, new, old),
                                  None, None, None, *name, routing.signature, routing.hashes))
                 elif isinstance(ev, DDLEvent):
                     rows.append((topic, part, off, idx, ev.kind, ts,

@@ -70,8 +70,8 @@ from ..delta.value_check import ValueScreen
 from ..errors import ConcurrentCommitError, DecodeError, TerminalError
 from ..locations import child_location, fold_name
 from .columnar import (
-    CHANGE, ColumnarTable, collapse_changes, columnar_fn, columnar_schema, columnar_tables, final_counts, integer_keys,
-    merge_source,
+    CHANGE, INPUT_COLUMNS as COLUMNAR_INPUT, ColumnarTable, collapse_changes, columnar_fn, columnar_schema,
+    columnar_tables, final_counts, integer_keys, merge_source,
 )
 from .decode import LAYOUT, NAMED_SCHEMA, SPAN, few_tasks, make_decode_fn, spark_ddl
 from .delta_sink import SparkDeltaSink, _quote, _sql_table
@@ -196,6 +196,7 @@ _OUT_ARROW = pa.schema([("schema", pa.string()), ("table", pa.string()), ("kind"
                         ("seg", pa.int32()), ("commit_ts", pa.int64()), ("payload", pa.binary()),
                         ("sig", pa.int64()), ("hashes", pa.list_(pa.int64()))])
 _OUT_SCHEMA = spark_ddl(_OUT_ARROW)
+_COORDS = ("commit_ts", "topic", "partition", "offset", "idx")  # a new row's (core.records.Coords, with its names)
 
 
 def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
@@ -225,9 +226,10 @@ def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
         new: list[ChangeRecord] = []
         held: list[ChangeRecord] = []
         secondary: set[tuple[str, int, int, int]] = set()
-        for is_held, primary, payload, sig in zip(tbl.column("held").to_pylist(), tbl.column("primary").to_pylist(),
-                                                  tbl.column("payload").to_pylist(), tbl.column("sig").to_pylist()):
-            rec = load_row(payload, job.layouts.get(sig))
+        for is_held, primary, payload, sig, *coords in zip(*(tbl.column(name).to_pylist() for name in (
+                "held", "primary", "payload", "sig", *_COORDS))):
+            # a new row's coordinates and names are columns (a held one's are in its record)
+            rec = load_row(payload, job.layouts.get(sig), None if is_held else (*coords, schema, table))
             (held if is_held else new).append(rec)
             if not primary:
                 secondary.add((rec.topic, rec.partition, rec.offset, rec.idx))
@@ -813,7 +815,9 @@ class SparkEngine:
             # 4. the per-table part, on the executors
             t_plan = time.monotonic()
             rows = decoded.filter(F.col("kind") == "row").select(
-                "schema", "table", F.lit(False).alias("held"), "payload", "sig", "hashes")
+                "schema", "table", F.lit(False).alias("held"), "payload", "sig", "hashes", *_COORDS)
+            # a held row's coordinates are in its record (the staging table does not keep them)
+            no_coords = [F.lit(None).cast(t).alias(c) for c, t in zip(_COORDS, ("long", "string", "int", "long", "int"))]
             staged_batch, staged_app = h._meta.get("staging_batch"), h._meta.get("staging_app")
             # the layouts of the held rows (None: rows held by an earlier version, without their routing)
             held_layouts: list[Any] | None = [] if staged_batch is None else h._meta.get("held_layouts")
@@ -828,7 +832,8 @@ class SparkEngine:
                 rows = rows.unionByName(staged.filter(which).select(
                     "schema", "table", F.lit(True).alias("held"), "payload",
                     *(("sig", "hashes") if routed else (F.lit(None).cast("long").alias("sig"),
-                                                       F.lit(None).cast("array<long>").alias("hashes")))))
+                                                       F.lit(None).cast("array<long>").alias("hashes"))),
+                    *no_coords))
                 if not routed:
                     held_layouts = None  # rows held before they carried their routing: no table is split
             if held_rows:
@@ -842,7 +847,8 @@ class SparkEngine:
                     if held_layouts is not None:
                         held_layouts.append([folded.schema, folded.table, [routing.signature], 1])
                 rows = rows.unionByName(spark.createDataFrame(
-                    held_data, "schema string, table string, held boolean, payload binary, sig long, hashes array<long>"))
+                    held_data, "schema string, table string, held boolean, payload binary, sig long, hashes array<long>"
+                ).select("*", *no_coords))
             policy = h._ddl_handler.policy if h._ddl_handler is not None else _evolve_all
             has_ddl = bool(ddl) or any(isinstance(r, DDLRecord) for r in state.held)
             job = _TableJob(rules, _ConfiguredKeys(cfg), h._catalog.to_json(), cfg.sink.source_timezone, policy,
@@ -862,7 +868,7 @@ class SparkEngine:
             if held_layouts is None or not tables <= set(columnar):  # rows of a table the record path takes
                 out = self._group_rules(spark, record_rows, split, job).persist(StorageLevel.MEMORY_AND_DISK)
             typed = {ident: rows.filter((F.col("schema") == ident[0]) & (F.col("table") == ident[1]))
-                     .select("held", "payload", "sig")
+                     .select(*COLUMNAR_INPUT)
                      .mapInArrow(columnar_fn(job, table), _spark_schema(columnar_schema(table)))
                      .persist(StorageLevel.MEMORY_AND_DISK)
                      for ident, table in columnar.items()}
