@@ -8,8 +8,9 @@ of a micro-batch's time went there. Yet every rule but the collapse decides each
 change of each key in apply order, an update that changes the key deleting the old one — is a ``max``
 per key, which Spark computes without Python. So for a table whose rows allow it:
 
-1. one Python pass per row, where the decoded rows are (no shuffle): the row is placed (released, held,
-   replay, covered by the snapshot, implausible ts), and the released ones' values are screened and
+1. one Python pass per row, where the decoded rows are (no shuffle): the row is placed by its columns
+   (:meth:`~ticdc_delta.core.table_rules.TableRules.placer`: released, held, replay, covered by the
+   snapshot, implausible ts; a dropped row is never unpickled), and the released ones' values are screened and
    converted a column at a time (:meth:`~ticdc_delta.delta.value_check.ValueScreen.images_converter`: the
    screen's checks convert as they check, to what the MERGE writes) into the table's typed columns — two
    rows for an update that changes the key (the old key's delete, the new key's upsert); held rows keep

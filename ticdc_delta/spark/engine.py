@@ -4,8 +4,9 @@ Per micro-batch ``N`` (the :class:`~ticdc_delta.spark.batch_handler.BatchHandler
 batch the state holds and built the ts guard):
 
 1. Decode on the executors (``mapInArrow``, as the ``delta-rs`` engine does) and keep the result cached
-   on the executors; its rows travel as their values and the signature of their column layout
-   (:func:`~ticdc_delta.core.records.dump_row_values`). To the driver come only: per (topic, partition,
+   on the executors; its rows travel as their op and values
+   (:func:`~ticdc_delta.core.records.dump_row_values`), their coordinates and folded names as columns,
+   and the signature of their column layout. To the driver come only: per (topic, partition,
    kind) the offset span and count, each table's layouts, the resolved marks and the DDL
    (:mod:`ticdc_delta.core.table_rules`, driver part).
 2. Undecodable messages are appended to the dead-letter table from the executors (Delta append with
@@ -817,7 +818,8 @@ class SparkEngine:
             rows = decoded.filter(F.col("kind") == "row").select(
                 "schema", "table", F.lit(False).alias("held"), "payload", "sig", "hashes", *_COORDS)
             # a held row's coordinates are in its record (the staging table does not keep them)
-            no_coords = [F.lit(None).cast(t).alias(c) for c, t in zip(_COORDS, ("long", "string", "int", "long", "int"))]
+            no_coords = [F.lit(None).cast(t).alias(c)
+                         for c, t in zip(_COORDS, ("long", "string", "int", "long", "int"))]
             staged_batch, staged_app = h._meta.get("staging_batch"), h._meta.get("staging_app")
             # the layouts of the held rows (None: rows held by an earlier version, without their routing)
             held_layouts: list[Any] | None = [] if staged_batch is None else h._meta.get("held_layouts")
