@@ -106,8 +106,8 @@ def test_the_decoder_routes_rows_and_sums_their_layouts_per_table() -> None:
     changed_key = 0
     for i in rows:
         # the row travels as its values; with its layout it is the record of the decoded event
-        rec = load_row(out["payload"][i], by_sig[out["sig"][i]],
-                       tuple(out[c][i] for c in ("commit_ts", "topic", "partition", "offset", "idx", "schema", "table")))
+        coords = tuple(out[c][i] for c in ("commit_ts", "topic", "partition", "offset", "idx", "schema", "table"))
+        rec = load_row(out["payload"][i], by_sig[out["sig"][i]], coords)
         [event] = decoder.decode(None, values[i], DecodeContext("t", 0, i))
         assert rec == record_from_event(event, "t", 0, i, 0)  # (names folded by str.lower: already lower)
         assert len(out["payload"][i]) < len(dump_record(rec))

@@ -10,11 +10,12 @@ per key, which Spark computes without Python. So for a table whose rows allow it
 
 1. one Python pass per row, where the decoded rows are (no shuffle): the row is placed by its columns
    (:meth:`~ticdc_delta.core.table_rules.TableRules.placer`: released, held, replay, covered by the
-   snapshot, implausible ts; a dropped row is never unpickled), and the released ones' values are screened and
-   converted a column at a time (:meth:`~ticdc_delta.delta.value_check.ValueScreen.images_converter`: the
-   screen's checks convert as they check, to what the MERGE writes) into the table's typed columns — two
-   rows for an update that changes the key (the old key's delete, the new key's upsert); held rows keep
-   their record for the staging table, refusals their reason;
+   snapshot, implausible ts; a dropped row is never unpickled), and the released ones' values are
+   screened and converted a column at a time
+   (:meth:`~ticdc_delta.delta.value_check.ValueScreen.images_converter`: the screen's checks convert as
+   they check, to what the MERGE writes) into the table's typed columns — two rows for an update that
+   changes the key (the old key's delete, the new key's upsert); held rows keep their record for the
+   staging table, refusals their reason;
 2. :func:`collapse_changes`: ``groupBy(key).max(struct(apply order, row))`` in the JVM;
 3. the collapsed rows are the MERGE's source as they are (no Python in the MERGE).
 
