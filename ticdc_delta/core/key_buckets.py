@@ -31,12 +31,9 @@ from decimal import Decimal
 from typing import Any, Callable, Hashable, Iterable, NamedTuple, Sequence
 
 from .merge import _COLUMN, KeyResolver, _key, flagged_key
-from .records import ChangeRecord
+from .records import ChangeRecord, _new_tuple
 
 __all__ = ["Layout", "Router", "Routing", "key_hash", "layout", "owns", "route", "signature", "split", "splittable"]
-
-
-_new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__ (once per row on the executors)
 
 
 def _digest(data: bytes) -> int:
@@ -196,10 +193,7 @@ class Router:
             key = (image[new_at[0]],) if len(new_at) == 1 else tuple([image[i] for i in new_at])
         else:
             key = tuple([image[i][at] for i in new_at])
-        if len(key) == 1 and key[0].__class__ is int:  # (key_hash of one integer, inline: most keys)
-            hashes = [zlib.crc32(b"#%d" % hash(key[0]))]
-        else:
-            hashes = [key_hash(key)]
+        hashes = [key_hash(key)]
         if new is not None and old is not None and old_at is not None:
             if at is None:
                 old_key = (old[old_at[0]],) if len(old_at) == 1 else tuple([old[i] for i in old_at])
