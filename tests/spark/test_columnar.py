@@ -29,8 +29,8 @@ from ticdc_delta.core.ts_guard import TsGuard
 from ticdc_delta.delta.applier import TableCatalog
 from ticdc_delta.delta.arrow_types import converter_for
 from ticdc_delta.delta.value_check import ValueScreen
-from ticdc_delta.spark.columnar import (CHANGE, ColumnarTable, collapse_changes, columnar_fn, columnar_tables,
-                                        final_counts, integer_keys)
+from ticdc_delta.spark.columnar import (CHANGE, COORDS, ColumnarTable, collapse_changes, columnar_fn,
+                                        columnar_tables, final_counts, integer_keys)
 
 from ..core.test_table_rules import _batches, _stream
 
@@ -89,8 +89,7 @@ def _cases(seed: int, mode: str):
 def _input(new: list[ChangeRecord], held: list[ChangeRecord], routes: list[Any]) -> pa.RecordBatch:
     """The columnar path's input as the engine gives it: the decoder's rows as their values with their
     coordinates, then the held ones as whole records (no coordinates: the staging table has none)."""
-    coords = {name: [getattr(r, name) for r in new] + [None] * len(held)
-              for name in ("commit_ts", "topic", "partition", "offset", "idx")}
+    coords = {name: [getattr(r, name) for r in new] + [None] * len(held) for name in COORDS}
     return pa.RecordBatch.from_pydict({"held": [False] * len(new) + [True] * len(held),
                                        "payload": [*map(_in_flight, new), *map(dump_record, held)],
                                        "sig": [r.signature for r in routes], **coords})

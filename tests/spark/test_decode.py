@@ -87,6 +87,7 @@ def test_the_decoder_routes_rows_and_sums_their_layouts_per_table() -> None:
     from ticdc_delta.codec import DecodeContext
     from ticdc_delta.core.records import dump_record, load_row, record_from_event
     from ticdc_delta.bench_e2e import CanalStream
+    from ticdc_delta.spark.columnar import COORDS
     from ticdc_delta.spark.decode import LAYOUT, DecoderSpec, make_decode_fn
 
     stream = CanalStream(1, seed=3)
@@ -106,7 +107,7 @@ def test_the_decoder_routes_rows_and_sums_their_layouts_per_table() -> None:
     changed_key = 0
     for i in rows:
         # the row travels as its values; with its layout it is the record of the decoded event
-        coords = tuple(out[c][i] for c in ("commit_ts", "topic", "partition", "offset", "idx", "schema", "table"))
+        coords = tuple(out[c][i] for c in (*COORDS, "schema", "table"))
         rec = load_row(out["payload"][i], by_sig[out["sig"][i]], coords)
         [event] = decoder.decode(None, values[i], DecodeContext("t", 0, i))
         assert rec == record_from_event(event, "t", 0, i, 0)  # (names folded by str.lower: already lower)

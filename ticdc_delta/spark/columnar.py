@@ -46,7 +46,7 @@ from ..delta.sink import OP_COLUMN, OP_DELETE, OP_UPSERT
 from ..errors import SinkError
 
 __all__ = ["ColumnarTable", "columnar_tables", "columnar_schema", "columnar_fn", "collapse_changes",
-           "final_counts", "integer_keys", "merge_source", "CHANGE", "SMALL_KINDS", "INPUT_COLUMNS"]
+           "final_counts", "integer_keys", "merge_source", "CHANGE", "SMALL_KINDS", "COORDS", "INPUT_COLUMNS"]
 
 CHANGE = "change"
 """The ``_kind`` of a typed change (the other kinds carry a ``_payload``: ``held``, ``rejection``,
@@ -54,7 +54,10 @@ CHANGE = "change"
 REJECTION = "rejection"
 """The ``_kind`` of a change the value screen refused (``_payload``: the pickled
 :class:`~ticdc_delta.delta.value_check.Rejection`)."""
-INPUT_COLUMNS = ("held", "payload", "sig", "commit_ts", "topic", "partition", "offset", "idx")
+COORDS = ("commit_ts", "topic", "partition", "offset", "idx")
+"""A new row's coordinates: columns of the decoded frame, the fields its :class:`ChangeRecord` starts with
+(with its folded names, :data:`~ticdc_delta.core.records.Coords`)."""
+INPUT_COLUMNS = ("held", "payload", "sig", *COORDS)
 """The columns :func:`columnar_fn` reads: the record path's ``held``, ``payload`` and ``sig``, and a new row's
 coordinates (null for a held row: its record holds them), which place it without unpickling it."""
 SMALL_KINDS = ("summary", "error")

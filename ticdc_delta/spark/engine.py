@@ -71,7 +71,7 @@ from ..delta.value_check import ValueScreen
 from ..errors import ConcurrentCommitError, DecodeError, TerminalError
 from ..locations import child_location, fold_name
 from .columnar import (
-    CHANGE, INPUT_COLUMNS as COLUMNAR_INPUT, ColumnarTable, collapse_changes, columnar_fn, columnar_schema,
+    CHANGE, COORDS, INPUT_COLUMNS as COLUMNAR_INPUT, ColumnarTable, collapse_changes, columnar_fn, columnar_schema,
     columnar_tables, final_counts, integer_keys, merge_source,
 )
 from .decode import LAYOUT, NAMED_SCHEMA, SPAN, few_tasks, make_decode_fn, spark_ddl
@@ -197,7 +197,6 @@ _OUT_ARROW = pa.schema([("schema", pa.string()), ("table", pa.string()), ("kind"
                         ("seg", pa.int32()), ("commit_ts", pa.int64()), ("payload", pa.binary()),
                         ("sig", pa.int64()), ("hashes", pa.list_(pa.int64()))])
 _OUT_SCHEMA = spark_ddl(_OUT_ARROW)
-_COORDS = ("commit_ts", "topic", "partition", "offset", "idx")  # a new row's (core.records.Coords, with its names)
 
 
 def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
@@ -228,7 +227,7 @@ def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
         held: list[ChangeRecord] = []
         secondary: set[tuple[str, int, int, int]] = set()
         for is_held, primary, payload, sig, *coords in zip(*(tbl.column(name).to_pylist() for name in (
-                "held", "primary", "payload", "sig", *_COORDS))):
+                "held", "primary", "payload", "sig", *COORDS))):
             # a new row's coordinates and names are columns (a held one's are in its record)
             rec = load_row(payload, job.layouts.get(sig), None if is_held else (*coords, schema, table))
             (held if is_held else new).append(rec)
@@ -816,10 +815,10 @@ class SparkEngine:
             # 4. the per-table part, on the executors
             t_plan = time.monotonic()
             rows = decoded.filter(F.col("kind") == "row").select(
-                "schema", "table", F.lit(False).alias("held"), "payload", "sig", "hashes", *_COORDS)
+                "schema", "table", F.lit(False).alias("held"), "payload", "sig", "hashes", *COORDS)
             # a held row's coordinates are in its record (the staging table does not keep them)
             no_coords = [F.lit(None).cast(t).alias(c)
-                         for c, t in zip(_COORDS, ("long", "string", "int", "long", "int"))]
+                         for c, t in zip(COORDS, ("long", "string", "int", "long", "int"))]
             staged_batch, staged_app = h._meta.get("staging_batch"), h._meta.get("staging_app")
             # the layouts of the held rows (None: rows held by an earlier version, without their routing)
             held_layouts: list[Any] | None = [] if staged_batch is None else h._meta.get("held_layouts")
