@@ -286,6 +286,57 @@ def _key(rows: Iterable[Row]) -> list[Row]:
 # -- integration --------------------------------------------------------------------------------
 
 
+class _Commits:
+    """Stands in for the consumer-group mirror behind the job's progress listener: records what it is given."""
+
+    def __init__(self) -> None:
+        self.commits: list[dict[tuple[str, int], int]] = []
+
+    def commit(self, end_offsets: dict[tuple[str, int], int]) -> bool:
+        self.commits.append(dict(end_offsets))
+        return True
+
+
+@pytest.mark.integration
+def test_the_group_mirror_listener_gets_each_finished_batchs_end_offsets(
+    spark: Any, broker: LocalBroker, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """The job's listener reads each progress event as JSON (not through pyspark's conversion): every
+    finished micro-batch of its query reaches the mirror with the end offsets of every partition; another
+    query's progress does not."""
+    from ticdc_delta.spark.job import _group_mirror_listener, drain_listener_bus
+
+    topic = unique_name("mirror")
+    broker.create_topic(topic, partitions=2)
+    _produce(broker, topic, 2, 30)
+    name = unique_name("mirrored").replace("-", "_")
+    ours, others = _Commits(), _Commits()
+    listeners = [_group_mirror_listener(ours, name), _group_mirror_listener(others, name + "_other")]
+    for listener in listeners:
+        spark.streams.addListener(listener)
+    try:
+        query = (
+            _stream(spark, broker, [topic], max_offsets_per_trigger=10).writeStream.queryName(name)
+            .foreachBatch(lambda df, batch_id: None)
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            query.awaitTermination(300)
+        finally:
+            query.stop()
+        assert drain_listener_bus(spark)
+    finally:
+        for listener in listeners:
+            spark.streams.removeListener(listener)
+    ends = dict(broker.high_watermarks(topic, [0, 1]))
+    assert len(ours.commits) >= 3  # 30 messages, at most 10 per micro-batch
+    assert ours.commits[-1] == {(topic, 0): ends[0], (topic, 1): ends[1]}
+    assert [sum(c.values()) for c in ours.commits] == sorted(sum(c.values()) for c in ours.commits)
+    assert others.commits == []
+
+
 @pytest.mark.integration
 def test_commit_consumer_group_offsets_reads_back(
     broker: LocalBroker, unique_name: Callable[[str], str]

@@ -382,10 +382,10 @@ def to_java_client_conf(conf: Mapping[str, Any]) -> dict[str, str]:
 class ConsumerGroupMirror:
     """Commits the end offsets of every finished micro-batch of one query to a Kafka consumer group.
 
-    A :class:`pyspark.sql.streaming.StreamingQueryListener` would see the end offsets only after the
-    batch's commit log entry; the job instead calls :meth:`commit` from its foreachBatch handler after the
-    batch's Delta commits (the offsets of ``batch_df`` are known there). Never fails the job: a failed
-    group commit is logged, the Spark checkpoint stays the source of truth.
+    The job calls :meth:`commit` from a streaming query listener (:func:`ticdc_delta.spark.job.run_job`),
+    which Spark tells of a batch once it is in the checkpoint's commit log, and once more with the last
+    progress when the query stops. Never fails the job: a failed group commit is logged, the Spark
+    checkpoint stays the source of truth.
     """
 
     def __init__(self, bootstrap_servers: str, group_id: str, client_conf: Mapping[str, Any] | None = None,
