@@ -197,7 +197,7 @@ def _cmd_latency(args: argparse.Namespace) -> int:
     from .bench_latency import run_latency
 
     return run_latency(engines=args.engines, seconds=args.seconds, rate=args.rate, batches=args.batches,
-                       partitions=args.partitions, master=args.master)
+                       partitions=args.partitions, master=args.master, warm_batches=args.warm_batches)
 
 
 def _cmd_tables(args: argparse.Namespace) -> int:
@@ -268,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     lat.add_argument("--seconds", type=float, default=60.0, help="steady-state phase per engine")
     lat.add_argument("--rate", type=int, default=2000, help="changes/s in the steady-state phase")
     lat.add_argument("--batches", type=int, default=10, help="single-change batches for the fixed cost")
+    lat.add_argument("--warm-batches", type=int, default=100,
+                     help="single-change batches between the fresh JVM's fixed cost and the warm one's (0: none)")
     lat.add_argument("--partitions", type=int, default=4)
     lat.add_argument("--master", default=None, help="Spark master (default local[2])")
     lat.set_defaults(func=_cmd_latency)
@@ -317,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                                           masters=["local[1]", "local[2]"], engines=["spark"], runs=2,
                                           no_pin=False)),
             _cmd_latency(argparse.Namespace(engines=list(ENGINES), seconds=args.seconds, rate=2000, batches=10,
-                                            partitions=4, master=None)),
+                                            partitions=4, master=None, warm_batches=100)),
             _cmd_tables(argparse.Namespace(schedulers=["FIFO", "FAIR"], tables=8, changes=20, busy=20_000, rounds=4,
                                            threads=[1, 2, 4], partitions=4, summary_json=None)),
         ]

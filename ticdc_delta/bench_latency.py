@@ -6,7 +6,11 @@ For each engine (``sink.engine: delta-rs`` and ``spark``), on the local broker, 
 
 * **fixed cost** — after a warm-up, ``--batches`` rounds of one change + a ``TIDB_WATERMARK`` on every
   partition, each waited for until visible: the p50 of the batches' own ``seconds`` (the progress line's
-  figure: decode, plan, write, state) and of each of its ``timings``;
+  figure: decode, plan, write, state) and of each of its ``timings``. Then ``--warm-batches`` more such
+  rounds, not measured, and ``--batches`` measured again: the fixed cost once the JVM is warm. A fresh
+  JVM's JIT keeps compiling Spark's and Delta's driver code for the first minutes of a job (on 2 cores
+  here, about half a core for ~2 minutes of one-change batches), so the first figure is a fresh job's and
+  the second what a job that has been running for a few minutes pays;
 * **steady state** — a producer thread sends ``--rate`` changes/s and a watermark every 200 ms for
   ``--seconds``. A watermark with ts ``W`` whose produce call was acknowledged by the broker at ``t_p`` is
   *visible* at ``t_v``, the moment the first progress line with ``watermark ≥ W`` is logged — that line
@@ -117,7 +121,7 @@ def _p50_timings(lines: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 
 def _measure(engine: str, broker: LocalBroker, spark: Any, work: Path, *, seconds: float, rate: int,
-             batches: int, partitions: int, master: str | None) -> bool:
+             batches: int, partitions: int, master: str | None, warm_batches: int = 0) -> bool:
     """One engine's fixed cost and steady-state latency, printed; returns whether its table is right."""
     from .bench_e2e import _config
     from .delta.sink import TableIdent
@@ -156,21 +160,32 @@ def _measure(engine: str, broker: LocalBroker, spark: Any, work: Path, *, second
             _, w = feed.send(1)
             tap.wait_for(w, 120, failed)
 
-        # (a) fixed cost: one change + a watermark, waited for, `batches` times
-        start = time.monotonic()
-        single: list[float] = []
-        for _ in range(batches):
-            t_p, w = feed.send(1)
-            t_v, _line = tap.wait_for(w, 120, failed)
-            single.append(t_v - t_p)
-        lines = [line for _, line in tap.since(start)]
-        costs = [line["seconds"] for line in lines]
-        print(f"{engine:<8} fixed cost : {len(lines)} batches of one change: batch seconds p50 "
-              f"{percentile(costs, 50):.2f} s (min {min(costs):.2f}, max {max(costs):.2f}); produced → visible "
-              f"p50 {percentile(single, 50):.2f} s (includes waiting for the 1 s trigger)")
-        timings = _p50_timings(lines)
-        if timings:
-            print(f"{'':<8}   p50 timings: " + ", ".join(f"{k} {v:.2f}" for k, v in timings.items()))
+        def single_batches(n: int) -> tuple[list[dict[str, Any]], list[float]]:
+            """``n`` rounds of one change + a watermark, each waited for: their progress lines and the
+            seconds from each change's acknowledgement to its batch's line."""
+            start = time.monotonic()
+            single: list[float] = []
+            for _ in range(n):
+                t_p, w = feed.send(1)
+                t_v, _line = tap.wait_for(w, 120, failed)
+                single.append(t_v - t_p)
+            return [line for _, line in tap.since(start)], single
+
+        def report(label: str, lines: list[dict[str, Any]], single: list[float], what: str) -> None:
+            costs = [line["seconds"] for line in lines]
+            print(f"{engine:<8} {label}: {len(lines)} batches of one change{what}: batch seconds p50 "
+                  f"{percentile(costs, 50):.2f} s (min {min(costs):.2f}, max {max(costs):.2f}); produced → "
+                  f"visible p50 {percentile(single, 50):.2f} s (includes waiting for the 1 s trigger)")
+            timings = _p50_timings(lines)
+            if timings:
+                print(f"{'':<8}   p50 timings: " + ", ".join(f"{k} {v:.2f}" for k, v in timings.items()))
+
+        # (a) fixed cost: one change + a watermark, waited for, `batches` times; then, after `warm_batches`
+        # more, again (the JIT has compiled the driver's hot paths by then)
+        report("fixed cost ", *single_batches(batches), "")
+        if warm_batches > 0:
+            single_batches(warm_batches)
+            report("fixed, warm", *single_batches(batches), f" after {warm_batches} more")
 
         # (b) steady state: `rate` changes/s, a watermark every 200 ms
         produced: list[tuple[float, int]] = []
@@ -232,11 +247,12 @@ def _measure(engine: str, broker: LocalBroker, spark: Any, work: Path, *, second
 
 
 def run_latency(*, engines: Sequence[str] = ENGINES, seconds: float = 60.0, rate: int = 2000, batches: int = 10,
-                partitions: int = 4, master: str | None = None) -> int:
+                partitions: int = 4, master: str | None = None, warm_batches: int = 100) -> int:
     """Run the latency benchmark for each engine and print the figures; returns 0, or 1 on a wrong table.
 
     Raises:
-        ValueError: an unknown engine or a non-positive ``seconds``, ``rate`` or ``batches``.
+        ValueError: an unknown engine, a non-positive ``seconds``, ``rate`` or ``batches``, or a negative
+            ``warm_batches``.
     """
     from .bench_e2e import _config
     from .spark.job import spark_for
@@ -246,6 +262,8 @@ def run_latency(*, engines: Sequence[str] = ENGINES, seconds: float = 60.0, rate
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if seconds <= 0 or rate <= 0 or batches <= 0:
         raise ValueError(f"seconds, rate and batches must be positive, got {seconds}, {rate}, {batches}")
+    if warm_batches < 0:
+        raise ValueError(f"warm_batches must not be negative, got {warm_batches}")
     work = Path(tempfile.mkdtemp(prefix="ticdc-delta-bench-latency-"))
     try:
         with LocalBroker() as broker:
@@ -255,7 +273,7 @@ def run_latency(*, engines: Sequence[str] = ENGINES, seconds: float = 60.0, rate
             ok = True
             for engine in engines:
                 ok &= _measure(engine, broker, spark, work, seconds=seconds, rate=rate, batches=batches,
-                               partitions=partitions, master=master)
+                               partitions=partitions, master=master, warm_batches=warm_batches)
             return 0 if ok else 1
     finally:
         shutil.rmtree(work, ignore_errors=True)
