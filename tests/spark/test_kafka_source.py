@@ -257,14 +257,10 @@ def _start(spark: Any, df: Any, checkpoint: Path, sink: Collector) -> Any:
     )
 
 
-def _run_once(df: Any, checkpoint: Path, sink: Collector) -> None:
-    """Everything available now, in micro-batches, then stop: the job's ``--once``."""
-    query = (
-        df.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
+def _run_once(df: Any, checkpoint: Path, sink: Callable[[Any, int], None], name: str | None = None) -> None:
+    """Everything available now, in micro-batches, then stop: the job's ``--once`` (a query named ``name``)."""
+    writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+    query = (writer if name is None else writer.queryName(name)).trigger(availableNow=True).start()
     try:
         query.awaitTermination(300)
     finally:
@@ -315,17 +311,8 @@ def test_the_group_mirror_listener_gets_each_finished_batchs_end_offsets(
     for listener in listeners:
         spark.streams.addListener(listener)
     try:
-        query = (
-            _stream(spark, broker, [topic], max_offsets_per_trigger=10).writeStream.queryName(name)
-            .foreachBatch(lambda df, batch_id: None)
-            .option("checkpointLocation", str(tmp_path / "ckpt"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        try:
-            query.awaitTermination(300)
-        finally:
-            query.stop()
+        _run_once(_stream(spark, broker, [topic], max_offsets_per_trigger=10), tmp_path / "ckpt",
+                  lambda df, batch_id: None, name)
         assert drain_listener_bus(spark)
     finally:
         for listener in listeners:
