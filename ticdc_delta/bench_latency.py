@@ -8,9 +8,9 @@ For each engine (``sink.engine: delta-rs`` and ``spark``), on the local broker, 
   partition, each waited for until visible: the p50 of the batches' own ``seconds`` (the progress line's
   figure: decode, plan, write, state) and of each of its ``timings``. Then ``--warm-batches`` more such
   rounds, not measured, and ``--batches`` measured again: the fixed cost once the JVM is warm. A fresh
-  JVM's JIT keeps compiling Spark's and Delta's driver code for the first minutes of a job (on 2 cores
-  here, about half a core for ~2 minutes of one-change batches), so the first figure is a fresh job's and
-  the second what a job that has been running for a few minutes pays;
+  JVM's JIT keeps compiling Spark's and Delta's driver code for the first minutes of a job (here its
+  compiler threads took ~0.9 of a core in the first minute of one-change batches and ~0.45 in the second),
+  so the first figure is a fresh job's and the second what a job running for a few minutes pays;
 * **steady state** — a producer thread sends ``--rate`` changes/s and a watermark every 200 ms for
   ``--seconds``. A watermark with ts ``W`` whose produce call was acknowledged by the broker at ``t_p`` is
   *visible* at ``t_v``, the moment the first progress line with ``watermark ≥ W`` is logged — that line
