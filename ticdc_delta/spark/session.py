@@ -94,7 +94,7 @@ DEFAULT_CONFS: dict[str, str] = {
     # are built once, read once or twice and dropped at the batch's end: Spark's encoding of every cached
     # column batch was CPU for memory held seconds (MEMORY_AND_DISK: what does not fit spills). Measured
     # alternately, fresh processes, 1M changes in 250k batches: a fresh JVM 18.1k/18.4k changes/s against
-    # 17.6k/17.5k compressed, warm 28.5k/28.6k against 26.8k/27.4k (see the README)
+    # 17.6k/17.5k compressed, warm 28.5k/28.6k against 26.8k/27.4k (see docs/performance.md)
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
     **CACHE_IN_SESSION_CONFS,
 }
@@ -117,7 +117,7 @@ LOCAL_CONFS: dict[str, str] = {
     # the parallel (throughput) collector for the driver's JVM, which runs the tasks too: Java 17's default
     # G1 ran ~100 concurrent cycles in a 1M-change run (Arrow buffers and Kafka fetches are humongous
     # objects to it), its concurrent threads taking CPU from the two task threads. Measured: ~6 % more
-    # changes/s, see the README. Left out when the JVM's options already choose a collector
+    # changes/s, see docs/performance.md. Left out when the JVM's options already choose a collector
     # (_collector_chosen_elsewhere)
     "spark.driver.defaultJavaOptions": "-XX:+UseParallelGC",
 }
