@@ -121,7 +121,7 @@ def _p50_timings(lines: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 
 def _measure(engine: str, broker: LocalBroker, spark: Any, work: Path, *, seconds: float, rate: int,
-             batches: int, partitions: int, master: str | None, warm_batches: int = 0) -> bool:
+             batches: int, partitions: int, master: str | None, warm_batches: int) -> bool:
     """One engine's fixed cost and steady-state latency, printed; returns whether its table is right."""
     from .bench_e2e import _config
     from .delta.sink import TableIdent

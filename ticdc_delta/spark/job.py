@@ -12,6 +12,7 @@ code follows them: 75 for a broker that went away, 1 for lost data or a missing 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from ..config import JobConfig
@@ -185,15 +186,14 @@ def drain_listener_bus(spark: Any, timeout_s: float = LISTENER_DRAIN_S) -> bool:
     return True
 
 
-def commit_progress(mirror: Any, progress: Any) -> None:
-    """Mirror the end offsets of a query progress to the consumer group: a ``StreamingQueryProgress``
-    (``query.lastProgress``) or the dict of its JSON (:class:`_ProgressAsJson`)."""
+def commit_progress(mirror: Any, progress: Mapping[str, Any]) -> None:
+    """Mirror the end offsets of a query progress (the dict of its JSON, :class:`_ProgressAsJson`) to the
+    consumer group."""
     import json
 
     ends: dict[tuple[str, int], int] = {}
-    as_dict = isinstance(progress, dict)
-    for source in (progress.get("sources") if as_dict else progress.sources) or ():
-        text = source.get("endOffset") if as_dict else source.endOffset
+    for source in progress.get("sources") or ():
+        text = source.get("endOffset")
         try:
             offsets = json.loads(text) if isinstance(text, str) else text
         except ValueError:
