@@ -257,14 +257,16 @@ def _start(spark: Any, df: Any, checkpoint: Path, sink: Collector) -> Any:
     )
 
 
-def _run_once(df: Any, checkpoint: Path, sink: Callable[[Any, int], None], name: str | None = None) -> None:
-    """Everything available now, in micro-batches, then stop: the job's ``--once`` (a query named ``name``)."""
+def _run_once(df: Any, checkpoint: Path, sink: Callable[[Any, int], None], name: str | None = None) -> Any:
+    """Everything available now, in micro-batches, then stop: the job's ``--once`` (a query named ``name``).
+    Returns the stopped query."""
     writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
     query = (writer if name is None else writer.queryName(name)).trigger(availableNow=True).start()
     try:
         query.awaitTermination(300)
     finally:
         query.stop()
+    return query
 
 
 def _stream(spark: Any, broker: LocalBroker, topics: list[str], **kwargs: Any) -> Any:
@@ -299,8 +301,8 @@ def test_the_group_mirror_listener_gets_each_finished_batchs_end_offsets(
 ) -> None:
     """The job's listener reads each progress event as JSON (not through pyspark's conversion): every
     finished micro-batch of its query reaches the mirror with the end offsets of every partition; another
-    query's progress does not."""
-    from ticdc_delta.spark.job import _group_mirror_listener, drain_listener_bus
+    query's progress does not. The commit the job makes after its query stopped carries the same offsets."""
+    from ticdc_delta.spark.job import _group_mirror_listener, commit_progress, drain_listener_bus, final_progress
 
     topic = unique_name("mirror")
     broker.create_topic(topic, partitions=2)
@@ -311,8 +313,8 @@ def test_the_group_mirror_listener_gets_each_finished_batchs_end_offsets(
     for listener in listeners:
         spark.streams.addListener(listener)
     try:
-        _run_once(_stream(spark, broker, [topic], max_offsets_per_trigger=10), tmp_path / "ckpt",
-                  lambda df, batch_id: None, name)
+        query = _run_once(_stream(spark, broker, [topic], max_offsets_per_trigger=10), tmp_path / "ckpt",
+                          lambda df, batch_id: None, name)
         assert drain_listener_bus(spark)
     finally:
         for listener in listeners:
@@ -322,6 +324,11 @@ def test_the_group_mirror_listener_gets_each_finished_batchs_end_offsets(
     assert ours.commits[-1] == {(topic, 0): ends[0], (topic, 1): ends[1]}
     assert [sum(c.values()) for c in ours.commits] == sorted(sum(c.values()) for c in ours.commits)
     assert others.commits == []
+    last = final_progress(query)
+    assert last is not None
+    after_stop = _Commits()
+    commit_progress(after_stop, last)
+    assert after_stop.commits == [ours.commits[-1]]
 
 
 @pytest.mark.integration

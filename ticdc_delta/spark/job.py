@@ -186,6 +186,17 @@ def drain_listener_bus(spark: Any, timeout_s: float = LISTENER_DRAIN_S) -> bool:
     return True
 
 
+def final_progress(query: Any) -> dict[str, Any] | None:
+    """The last progress of a (stopped) query as the dict of its JSON, ``None`` before its first batch.
+
+    Not ``query.lastProgress`` itself: pyspark 4.0 builds it from the JSON but keeps a source's offsets as
+    the text of a Python dict (``"{'topic': {'0': 15}}"``), which is not JSON; its ``json`` is."""
+    import json
+
+    last = query.lastProgress
+    return None if last is None else json.loads(last.json)
+
+
 def commit_progress(mirror: Any, progress: Mapping[str, Any]) -> None:
     """Mirror the end offsets of a query progress (the dict of its JSON, :class:`_ProgressAsJson`) to the
     consumer group."""
@@ -267,9 +278,10 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
             close = getattr(handler, "close", None)  # (a handler of the bench's baseline has none)
             if close is not None:
                 close()
-        if mirror is not None and query.lastProgress is not None:
+        last = final_progress(query) if mirror is not None else None
+        if last is not None:
             # the listener bus is asynchronous: the last batch's progress may not have reached it yet
-            commit_progress(mirror, query.lastProgress)
+            commit_progress(mirror, last)
     finally:
         if watchdog is not None:
             watchdog.stop()
