@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -149,6 +151,47 @@ def test_restart_on_the_same_log_directory(unique_name: Callable[[str], str]) ->
         broker.stop()
         broker.cleanup_logs()
 
+
+
+def _kafka_pids(work_dir: str) -> list[int]:
+    """The broker JVMs whose command line names ``work_dir`` (its server.properties)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                args = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"kafka.Kafka" in args and any(work_dir.encode() in a for a in args) and b"--" not in args:
+                pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads processes from /proc")
+def test_a_killed_starter_leaves_no_broker_and_no_directory(tmp_path: Path) -> None:
+    # the process that started the broker is SIGKILLed, so neither stop() nor atexit runs: the broker's
+    # orphan guard stops the JVM and removes the broker's own temporary directory
+    out = tmp_path / "started"
+    starter = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from ticdc_delta.local_broker import LocalBroker; b = LocalBroker().start(); "
+        f"open({str(out)!r}, 'w').write(str(b._work_dir)); time.sleep(600)")])
+    try:
+        deadline = time.monotonic() + 120
+        while not (out.exists() and out.read_text()):
+            assert starter.poll() is None and time.monotonic() < deadline, "the broker did not start"
+            time.sleep(0.2)
+        work_dir = out.read_text()
+        jvms = _kafka_pids(work_dir)
+        assert len(jvms) == 1 and Path(work_dir, "data").is_dir()
+        starter.kill()
+        starter.wait()
+        deadline = time.monotonic() + 60
+        while _kafka_pids(work_dir) or Path(work_dir).exists():
+            assert time.monotonic() < deadline, f"broker {jvms} or {work_dir} still there after its starter died"
+            time.sleep(0.2)
+    finally:
+        starter.kill()
+        starter.wait()
 
 def test_cluster_ids_never_look_like_an_option() -> None:
     from ticdc_delta.local_broker import _cluster_id

@@ -22,6 +22,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import base64
@@ -51,6 +52,10 @@ _JVM_OPTS = (
     "-Djava.awt.headless=true",
     "-Dlog4j2.configurationFile={log4j}",
 )
+
+#: The broker's command line starts with this: :mod:`ticdc_delta.orphan_guard`, as a script of the
+#: standard library alone (``-I -S``: no site packages, no ``PYTHON*`` variables to slow or change it).
+_GUARD = (sys.executable, "-I", "-S", str(Path(__file__).with_name("orphan_guard.py")))
 
 #: server.properties of a one-node cluster that starts fast: replication factor 1 everywhere, one
 #: partition for internal topics, no initial rebalance delay, few threads, a small cleaner buffer.
@@ -185,7 +190,9 @@ class LocalBroker:
     Use it as a context manager, or call :meth:`start` and :meth:`stop`. :meth:`start` after :meth:`stop`
     restarts the broker on the same log directory and port (the topics and their messages survive).
     The child runs in its own process group, so stopping it never signals the caller; it is also stopped
-    when the interpreter exits. :meth:`cleanup_logs` removes the directory after the last stop.
+    when the interpreter exits, and (through :mod:`~ticdc_delta.orphan_guard`) when this process dies
+    without stopping it: killed, it leaves no broker running and, unless ``work_dir`` was given, no
+    directory behind. :meth:`cleanup_logs` removes the directory after the last stop.
     """
 
     def __init__(
@@ -256,7 +263,8 @@ class LocalBroker:
 
     @property
     def pid(self) -> int | None:
-        """The broker process id while it runs."""
+        """While the broker runs, the id of the process that leads its process group: the broker's
+        :mod:`~ticdc_delta.orphan_guard`, the JVM's parent."""
         return self._proc.pid if self.running and self._proc is not None else None
 
     def start(self) -> "LocalBroker":
@@ -306,9 +314,12 @@ class LocalBroker:
                         f"formatting the Kafka storage in {data_dir} failed with status "
                         f"{formatted.returncode}; log tail:\n{self.log_tail()}"
                     )
+            # through the orphan guard: the broker stops (and its own temporary directory goes) when this
+            # process dies without stopping it, e.g. killed; the guard's standard input is our pipe to it
+            remove = ["--remove", str(self._work_dir)] if self._own_work_dir else []
             self._proc = subprocess.Popen(
-                [*jvm, "kafka.Kafka", str(props)],
-                stdin=subprocess.DEVNULL,
+                [*_GUARD, *remove, "--", *jvm, "kafka.Kafka", str(props)],
+                stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self._work_dir,
@@ -369,6 +380,10 @@ class LocalBroker:
                 except ProcessLookupError:
                     pass
                 proc.wait(timeout=timeout_s)
+        if proc.stdin is not None:
+            # only now: the guard takes the end of its input for this process's death and removes the
+            # directory, which start() may still resume on
+            proc.stdin.close()
 
     def log_tail(self, lines: int = 30) -> str:
         """The last ``lines`` lines of the broker log ('' when there is none)."""
