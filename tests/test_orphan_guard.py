@@ -15,7 +15,6 @@ import pytest
 
 import ticdc_delta.orphan_guard as orphan_guard
 
-GUARD = [sys.executable, "-I", "-S", orphan_guard.__file__]
 
 
 def _command(pid_file: Path, *, trap_term: bool = False, exit_code: int | None = None) -> list[str]:
@@ -52,7 +51,7 @@ def test_the_command_stops_and_the_directory_goes_when_the_starter_is_killed(tmp
     work.mkdir()
     (work / "data").write_text("x")
     pid_file = tmp_path / "pid"
-    guarded = [*GUARD, "--remove", str(work), "--", *_command(pid_file, trap_term=True)]
+    guarded = orphan_guard.guarded(_command(pid_file, trap_term=True), remove=work)
     # the starter: holds the guard's input pipe, as LocalBroker does, and is then killed
     starter = subprocess.Popen(
         [sys.executable, "-c",
@@ -77,7 +76,7 @@ def test_a_stopped_guard_stops_its_command_and_keeps_the_directory(tmp_path: Pat
     work = tmp_path / "work"
     work.mkdir()
     pid_file = tmp_path / "pid"
-    guard = subprocess.Popen([*GUARD, "--remove", str(work), "--", *_command(pid_file, trap_term=True)],
+    guard = subprocess.Popen(orphan_guard.guarded(_command(pid_file, trap_term=True), remove=work),
                              stdin=subprocess.PIPE, start_new_session=True)
     try:
         _wait_for(lambda: pid_file.exists() and pid_file.read_text() != "", "the command to start")
@@ -96,7 +95,7 @@ def test_a_stopped_guard_stops_its_command_and_keeps_the_directory(tmp_path: Pat
 
 def test_a_command_killed_by_a_signal_reports_128_plus_its_number(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
-    guard = subprocess.Popen([*GUARD, "--", *_command(pid_file)], stdin=subprocess.PIPE)
+    guard = subprocess.Popen(orphan_guard.guarded(_command(pid_file)), stdin=subprocess.PIPE)
     try:
         _wait_for(lambda: pid_file.exists() and pid_file.read_text() != "", "the command to start")
         os.kill(int(pid_file.read_text()), signal.SIGKILL)
@@ -109,7 +108,7 @@ def test_a_command_killed_by_a_signal_reports_128_plus_its_number(tmp_path: Path
 def test_the_commands_own_exit_status_comes_back(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
-    guard = subprocess.Popen([*GUARD, "--remove", str(work), "--", *_command(tmp_path / "pid", exit_code=3)],
+    guard = subprocess.Popen(orphan_guard.guarded(_command(tmp_path / "pid", exit_code=3), remove=work),
                              stdin=subprocess.PIPE)
     try:
         assert guard.wait(timeout=30) == 3

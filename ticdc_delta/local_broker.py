@@ -22,7 +22,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import base64
@@ -37,6 +36,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from ticdc_delta.errors import BrokerUnavailableError
 from ticdc_delta.jars import broker_classpath, chooses_gc, java_executable
+from ticdc_delta.orphan_guard import guarded
 
 __all__ = ["LocalBroker", "broker_classpath", "free_port", "wait_for_high_watermarks"]
 
@@ -52,10 +52,6 @@ _JVM_OPTS = (
     "-Djava.awt.headless=true",
     "-Dlog4j2.configurationFile={log4j}",
 )
-
-#: The broker's command line starts with this: :mod:`ticdc_delta.orphan_guard`, as a script of the
-#: standard library alone (``-I -S``: no site packages, no ``PYTHON*`` variables to slow or change it).
-_GUARD = (sys.executable, "-I", "-S", str(Path(__file__).with_name("orphan_guard.py")))
 
 #: server.properties of a one-node cluster that starts fast: replication factor 1 everywhere, one
 #: partition for internal topics, no initial rebalance delay, few threads, a small cleaner buffer.
@@ -316,9 +312,8 @@ class LocalBroker:
                     )
             # through the orphan guard: the broker stops (and its own temporary directory goes) when this
             # process dies without stopping it, e.g. killed; the guard's standard input is our pipe to it
-            remove = ["--remove", str(self._work_dir)] if self._own_work_dir else []
             self._proc = subprocess.Popen(
-                [*_GUARD, *remove, "--", *jvm, "kafka.Kafka", str(props)],
+                guarded([*jvm, "kafka.Kafka", str(props)], remove=self._work_dir if self._own_work_dir else None),
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -27,10 +27,21 @@ import subprocess
 import sys
 import threading
 
-__all__ = ["main", "GRACE_S"]
+__all__ = ["guarded", "main", "GRACE_S"]
 
 GRACE_S = 30.0
 """Seconds the command gets to stop after SIGTERM, once its starter is gone, before SIGKILL."""
+
+
+def guarded(command: list[str], *, remove: str | os.PathLike[str] | None = None) -> list[str]:
+    """The command line that runs ``command`` under this guard (start it with ``stdin=subprocess.PIPE``
+    and keep that pipe open for as long as the command may run; close it after the command ends).
+
+    The guard runs as a script of the standard library alone (``-I -S``: no site packages, no
+    ``PYTHON*`` variables to slow or change it). ``remove``: a directory to remove if the starter dies.
+    """
+    prefix = [sys.executable, "-I", "-S", os.path.abspath(__file__)]
+    return [*prefix, *(["--remove", os.fspath(remove)] if remove is not None else []), "--", *command]
 
 
 def _parse(argv: list[str]) -> tuple[str | None, list[str]]:

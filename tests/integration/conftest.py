@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from ticdc_delta.local_broker import free_port
+from ticdc_delta.orphan_guard import guarded
 
 __all__ = ["ProgressLines", "MariaDB", "canal_job_yaml", "capture_logs", "job_engine", "mariadb_programs",
            "running_mariadb"]
@@ -121,9 +122,11 @@ def running_mariadb(programs: tuple[str, str, str], base: Path) -> Iterator[Mari
     data, sock, port = base / "data", base / "sock", free_port()
     subprocess.run([install, f"--datadir={data}", "--user=root", "--skip-test-db",
                     "--auth-root-authentication-method=normal"], check=True, capture_output=True)
-    proc = subprocess.Popen([server, "--no-defaults", f"--datadir={data}", f"--socket={sock}", f"--port={port}",
-                             "--bind-address=127.0.0.1", "--user=root", "--skip-grant-tables", "--skip-log-bin",
-                             f"--pid-file={base / 'pid'}", f"--log-error={base / 'error.log'}"])
+    # under the orphan guard: a killed test run leaves no server behind
+    proc = subprocess.Popen(guarded([server, "--no-defaults", f"--datadir={data}", f"--socket={sock}", f"--port={port}",
+                                     "--bind-address=127.0.0.1", "--user=root", "--skip-grant-tables",
+                                     "--skip-log-bin", f"--pid-file={base / 'pid'}",
+                                     f"--log-error={base / 'error.log'}"]), stdin=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
         while subprocess.run([client, f"--socket={sock}", "-e", "SELECT 1"], capture_output=True).returncode != 0:
@@ -134,3 +137,5 @@ def running_mariadb(programs: tuple[str, str, str], base: Path) -> Iterator[Mari
     finally:
         proc.terminate()
         proc.wait(60)
+        assert proc.stdin is not None
+        proc.stdin.close()

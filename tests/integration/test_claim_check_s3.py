@@ -142,10 +142,12 @@ def s3_process() -> Iterator[str]:
     import time
 
     from ticdc_delta.local_broker import free_port
+    from ticdc_delta.orphan_guard import guarded
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # under the orphan guard: a killed test run leaves no server behind
+    proc = subprocess.Popen(guarded([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]),
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -164,6 +166,8 @@ def s3_process() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        assert proc.stdin is not None
+        proc.stdin.close()
 
 
 def test_rename_table_on_s3_finishes_a_move_stopped_between_copy_and_drop(
