@@ -1,11 +1,13 @@
 """Run a command and end it when the process that started it dies, however that process died.
 
-Usage (stdlib only, run as a script: ``python -I -S orphan_guard.py [--remove DIR] -- COMMAND...``)
+Usage: ``python -I -S orphan_guard.py [--remove DIR] -- COMMAND...``, a script of the standard library
+alone; :func:`guarded` builds that command line.
 
-:class:`~ticdc_delta.local_broker.LocalBroker` starts its Kafka JVM through this guard. The broker runs
-in a process group of its own (so that a signal meant for the broker never reaches the caller), so
-nothing stopped it when the caller was killed (SIGKILL, the OOM killer, a CI job's timeout) rather than
-left normally: the JVM ran on, an orphan holding its ports, its heap and its temporary directory.
+:class:`~ticdc_delta.local_broker.LocalBroker` starts its Kafka JVM through this guard (the tests start
+their MariaDB and S3 servers through it too). The broker runs in a process group of its own (so that a
+signal meant for the broker never reaches the caller), so nothing stopped it when the caller was killed
+(SIGKILL, the OOM killer, a CI job's timeout) rather than left normally: the JVM ran on, an orphan
+holding its ports, its heap and its temporary directory.
 
 The caller gives the guard a pipe as its standard input and never writes to it. End of file there means
 that every holder of the pipe's other end is gone: the guard then stops the command as
