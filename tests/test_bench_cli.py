@@ -221,3 +221,17 @@ def test_batch_phases_without_batches() -> None:
     with BatchPhases() as phases:
         pass
     assert phases.medians() == {} and phases_line(phases) is None
+
+
+def test_the_trigger_tap_keeps_its_querys_durations_in_seconds_by_batch() -> None:
+    from ticdc_delta.bench_latency import _TriggerTap
+
+    tap = _TriggerTap("ticdc_delta_lat_spark")
+    tap._on_progress({"name": "ticdc_delta_lat_spark", "batchId": 7,
+                      "durationMs": {"triggerExecution": 1500, "addBatch": 1400, "walCommit": 20}})
+    tap._on_progress({"name": "another_query", "batchId": 8, "durationMs": {"triggerExecution": 9000}})
+    tap._on_progress({"name": "ticdc_delta_lat_spark", "batchId": 9, "durationMs": {"triggerExecution": 250}})
+    assert tap.durations([7, 9]) == [{"triggerExecution": 1.5, "addBatch": 1.4, "walCommit": 0.02},
+                                     {"triggerExecution": 0.25}]
+    # a batch Spark has not reported (yet) is left out once the wait is over
+    assert tap.durations([7, 8], timeout=0.3) == [{"triggerExecution": 1.5, "addBatch": 1.4, "walCommit": 0.02}]

@@ -6,7 +6,9 @@ For each engine (``sink.engine: delta-rs`` and ``spark``), on the local broker, 
 
 * **fixed cost** — after a warm-up, ``--batches`` rounds of one change + a ``TIDB_WATERMARK`` on every
   partition, each waited for until visible: the p50 of the batches' own ``seconds`` (the progress line's
-  figure: decode, plan, write, state) and of each of its ``timings``. Then ``--warm-batches`` more such
+  figure: decode, plan, write, state) and of each of its ``timings``, and of Spark's whole trigger (its
+  ``triggerExecution``: the batch plus Kafka's latest offsets and the checkpoint's offsets and commit files,
+  which the progress line does not see). Then ``--warm-batches`` more such
   rounds, not measured, and ``--batches`` measured again: the fixed cost once the JVM is warm. A fresh
   JVM's JIT keeps compiling Spark's and Delta's driver code for the first minutes of a job (here its
   compiler threads took ~0.9 of a core in the first minute of one-change batches and ~0.45 in the second),
@@ -96,6 +98,35 @@ class _ProgressTap(logging.Handler):
             return [(t, line) for t, line in self.lines if t >= start]
 
 
+class _TriggerTap:
+    """Spark's durations (``durationMs``) of each micro-batch of one query, by batch id, from its progress
+    events: the whole trigger (``triggerExecution``) is the batch itself plus what Spark does around it
+    (asking Kafka for the latest offsets, writing the batch's offsets before it and its commit after)."""
+
+    def __init__(self, query_name: str) -> None:
+        from .spark.job import json_progress_listener
+
+        self._query_name = query_name
+        self._durations: dict[int, dict[str, float]] = {}
+        self._cond = threading.Condition()
+        self.listener = json_progress_listener(self._on_progress)
+
+    def _on_progress(self, progress: dict[str, Any]) -> None:
+        if progress.get("name") == self._query_name and isinstance(progress.get("batchId"), int):
+            with self._cond:
+                self._durations[progress["batchId"]] = {k: v / 1000 for k, v in progress["durationMs"].items()}
+                self._cond.notify_all()
+
+    def durations(self, batch_ids: Sequence[int], timeout: float = 10.0) -> list[dict[str, float]]:
+        """The durations (seconds) of the batches ``batch_ids`` that Spark reported within ``timeout``
+        (a batch's event comes after its commit, a little after its progress line)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while any(b not in self._durations for b in batch_ids) and time.monotonic() < deadline:
+                self._cond.wait(0.2)
+            return [self._durations[b] for b in batch_ids if b in self._durations]
+
+
 class _Feed:
     """Produces changes and watermarks of one stream to one topic (every watermark to every partition)."""
 
@@ -138,6 +169,9 @@ def _measure(engine: str, broker: LocalBroker, spark: Any, work: Path, *, second
     level = progress_log.level
     progress_log.setLevel(logging.INFO)
     progress_log.addHandler(tap)
+    query_name = f"ticdc_delta_{name}".replace("-", "_")
+    triggers = _TriggerTap(query_name)
+    spark.streams.addListener(triggers.listener)
     failed = threading.Event()
     errors: list[BaseException] = []
 
@@ -179,6 +213,15 @@ def _measure(engine: str, broker: LocalBroker, spark: Any, work: Path, *, second
             timings = _p50_timings(lines)
             if timings:
                 print(f"{'':<8}   p50 timings: " + ", ".join(f"{k} {v:.2f}" for k, v in timings.items()))
+            spark_says = triggers.durations([line["batch_id"] for line in lines])
+            if spark_says:
+                def p50(key: str) -> float:
+                    return percentile([d.get(key, 0.0) for d in spark_says], 50)
+
+                print(f"{'':<8}   Spark's whole trigger p50 {p50('triggerExecution'):.2f} s: the batch "
+                      f"{p50('addBatch'):.2f}, Kafka's latest offsets {p50('latestOffset'):.2f}, the checkpoint's "
+                      f"offsets {p50('walCommit'):.2f} and commit {p50('commitOffsets'):.2f} "
+                      f"({len(spark_says)} of the {len(lines)} batches reported)")
 
         # (a) fixed cost: one change + a watermark, waited for, `batches` times; then, after `warm_batches`
         # more, again (the JIT has compiled the driver's hot paths by then)
@@ -226,7 +269,7 @@ def _measure(engine: str, broker: LocalBroker, spark: Any, work: Path, *, second
               f"{(rss.growth()) / 2**20:+,.0f} MiB")
     finally:
         for query in spark.streams.active:
-            if query.name == f"ticdc_delta_{name}".replace("-", "_"):
+            if query.name == query_name:
                 # the progress line is logged before Spark writes the batch to its commit log: stopping
                 # then interrupts that write (a harmless but loud trace), so wait for the trigger to end
                 deadline = time.monotonic() + 30
@@ -234,6 +277,7 @@ def _measure(engine: str, broker: LocalBroker, spark: Any, work: Path, *, second
                     time.sleep(0.1)
                 query.stop()
         runner.join(120)
+        spark.streams.removeListener(triggers.listener)
         progress_log.removeHandler(tap)
         progress_log.setLevel(level)
     if errors:

@@ -12,13 +12,13 @@ code follows them: 75 for a broker that went away, 1 for lost data or a missing 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..config import JobConfig
 from .batch_handler import BatchHandler
 
-__all__ = ["run_job", "build_handler", "spark_for", "drain_listener_bus"]
+__all__ = ["run_job", "build_handler", "spark_for", "drain_listener_bus", "json_progress_listener"]
 
 log = logging.getLogger(__name__)
 
@@ -125,21 +125,17 @@ class _ProgressAsJson:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
 
-def _group_mirror_listener(mirror: Any, query_name: str) -> Any:
-    """A :class:`StreamingQueryListener` that mirrors each finished batch of the query ``query_name`` to
-    the consumer group (Spark posts a progress event once the batch is in the commit log). It reads the
-    event as JSON (:class:`_ProgressAsJson`) instead of through pyspark's conversion: ``spark.streams``
-    registers a listener by its ``_jlistener``, which is overridden here."""
+def json_progress_listener(on_progress: Callable[[dict[str, Any]], None]) -> Any:
+    """A :class:`StreamingQueryListener` (for ``spark.streams.addListener``) that gives ``on_progress``
+    each query's progress event as the dict of its JSON (:class:`_ProgressAsJson`) instead of through
+    pyspark's conversion: ``spark.streams`` registers a listener by its ``_jlistener``, which is
+    overridden here. Spark posts a progress event once the batch is in the commit log."""
     import json
 
     from pyspark import SparkContext
     from pyspark.sql.streaming import StreamingQueryListener
 
-    def on_progress(progress: dict[str, Any]) -> None:
-        if progress.get("name") == query_name:
-            commit_progress(mirror, progress)
-
-    class GroupMirrorListener(StreamingQueryListener):
+    class JsonProgressListener(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:
             pass
 
@@ -162,7 +158,18 @@ def _group_mirror_listener(mirror: Any, query_name: str) -> Any:
                     _ProgressAsJson(on_progress))
             return found
 
-    return GroupMirrorListener()
+    return JsonProgressListener()
+
+
+def _group_mirror_listener(mirror: Any, query_name: str) -> Any:
+    """A :func:`json_progress_listener` that mirrors each finished batch of the query ``query_name`` to
+    the consumer group."""
+
+    def on_progress(progress: dict[str, Any]) -> None:
+        if progress.get("name") == query_name:
+            commit_progress(mirror, progress)
+
+    return json_progress_listener(on_progress)
 
 
 LISTENER_DRAIN_S = 10.0
