@@ -198,6 +198,47 @@ def test_stop_between_batches_and_resume(broker: Any, spark: Any, tmp_path: Path
     assert batch_ids == sorted(set(batch_ids))  # no batch committed twice
 
 
+
+@pytest.mark.parametrize("chosen", [None, "org.apache.spark.sql.execution.streaming.FileContextBasedCheckpointFileManager"])
+def test_a_local_checkpoint_is_written_through_the_filesystem_unless_the_session_chose(
+        chosen: str | None, broker: Any, spark: Any, tmp_path: Path, unique_name: Any) -> None:
+    """The query of a job whose checkpoint is local writes its offsets and commits through Hadoop's
+    FileSystem (Spark's default FileContext starts a process for each link lookup and permission there);
+    a manager the session names wins, and the session's setting is as it was after the run."""
+    from ticdc_delta.spark.job import CHECKPOINT_MANAGER_CONF, LOCAL_CHECKPOINT_MANAGER
+
+    topic = unique_name("ckptfs")
+    oracle, source = _stream(broker, topic, "canal-json", tmp_path, events=200)
+    cfg = _config(tmp_path, {**source, "max_offsets_per_trigger": 100})
+    seen: list[tuple[str, str]] = []
+
+    class Recording:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+        def __call__(self, batch_df: Any, batch_id: int) -> None:
+            for query in spark.streams.active:
+                if query.name == "ticdc_delta_it":
+                    run = query._jsq.streamingQuery()
+                    seen.append((run.offsetLog().fileManager().getClass().getName(),
+                                 run.commitLog().fileManager().getClass().getName()))
+            self._inner(batch_df, batch_id)
+
+    if chosen is not None:
+        spark.conf.set(CHECKPOINT_MANAGER_CONF, chosen)
+    try:
+        assert run_job(cfg, once=True, spark=spark, handler=Recording(build_handler(cfg))) >= 2
+        assert spark.conf.get(CHECKPOINT_MANAGER_CONF, None) == chosen
+    finally:
+        spark.conf.unset(CHECKPOINT_MANAGER_CONF)
+    expected = chosen or LOCAL_CHECKPOINT_MANAGER
+    assert len(seen) >= 2 and set(seen) == {(expected, expected)}
+    assert run_job(cfg, once=True, spark=spark) == 0  # the checkpoint it wrote reads back: nothing left to do
+    _assert_matches(cfg, oracle)
+
 def test_garbage_goes_to_the_dead_letter_table(broker: Any, spark: Any, tmp_path: Path,
                                                unique_name: Any) -> None:
     topic = unique_name("garbage")
