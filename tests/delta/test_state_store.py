@@ -188,3 +188,41 @@ def test_reset_replaces_the_state_and_a_running_job_notices(tmp_path: Path) -> N
     fresh.load()
     assert fresh.save(0, sample(0), app_id=APP + "~1") is True  # a new epoch starts at batch 0 again
     assert fresh.load() == sample(0)
+
+
+def test_the_state_table_checkpoints_often_and_keeps_little_history(tmp_path: Path) -> None:
+    """Made with STATE_TABLE_PROPERTIES: a checkpoint every 10 saves, so a load replays at most 9 commits."""
+    from ticdc_delta.delta.state_store import STATE_TABLE_PROPERTIES
+
+    store = StateStore(str(tmp_path / "_state"), APP, vacuum_every=0)
+    for b in range(12):
+        store.save(b, sample(b))
+    assert STATE_TABLE_PROPERTIES.items() <= DeltaTable(store.path).metadata().configuration.items()
+    assert glob.glob(os.path.join(store.path, "_delta_log", "*.checkpoint.parquet"))
+    assert store.load() == sample(11)
+
+
+def test_a_state_table_made_without_the_properties_gets_them_before_its_next_save(tmp_path: Path) -> None:
+    """A state table an earlier version made (Delta's defaults) gets STATE_TABLE_PROPERTIES in one commit of
+    their own; a property somebody set stays; neither store takes that commit for another job's."""
+    from ticdc_delta.delta.state_store import STATE_TABLE_PROPERTIES
+
+    path = str(tmp_path / "_state")
+    old = StateStore(path, APP)
+    old.save(0, sample(0))
+    # as an earlier version made it (Delta's defaults), with a setting of somebody's
+    rows = read_table(path)
+    (tmp_path / "_state").rename(tmp_path / "_moved")
+    write_deltalake(path, rows, configuration={"delta.logRetentionDuration": "interval 2 days"})
+    assert "delta.checkpointInterval" not in DeltaTable(path).metadata().configuration
+    store = StateStore(path, APP)
+    assert store.load() == sample(0)
+    before = DeltaTable(path).version()
+    assert store.save(1, sample(1)) is True
+    assert DeltaTable(path).version() == before + 2  # the properties, then the state
+    found = DeltaTable(path).metadata().configuration
+    assert found["delta.logRetentionDuration"] == "interval 2 days"  # somebody's setting stays
+    assert {k: v for k, v in STATE_TABLE_PROPERTIES.items() if k != "delta.logRetentionDuration"}.items() \
+        <= found.items()
+    assert store.save(2, sample(2)) is True  # its own properties commit is not "another job"
+    assert StateStore(path, APP).load() == sample(2)
