@@ -134,8 +134,9 @@ def test_a_changefeed_begun_on_delta_rs_continues_on_the_spark_engine(
 def test_the_staging_table_keeps_no_column_statistics(broker: Any, spark: Any, tmp_path: Path, unique_name: Any,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The held rows' staging table is made without per-file column statistics (``STAGING_PROPERTIES``:
-    with them, Delta's data skipping compiled each batch's read of it into a new class), and one an earlier
-    version made with statistics gets the property in the next run; nothing lost or doubled either way."""
+    with them, Delta's data skipping compiled each batch's read of it into a new class) and with short log
+    and tombstone retention, and one an earlier version made without them gets them in the next run;
+    nothing lost or doubled either way."""
     from deltalake import DeltaTable as RsTable
 
     from ticdc_delta.spark.engine import STAGING_PROPERTIES
@@ -159,10 +160,10 @@ def test_the_staging_table_keeps_no_column_statistics(broker: Any, spark: Any, t
     assert STAGING_PROPERTIES.items() <= RsTable(str(staging)).metadata().configuration.items()
     assert column_stats() == {"numRecords"}
 
-    # the table as an earlier version made it: statistics of every column from here on
-    (key,) = STAGING_PROPERTIES
-    spark.sql(f"ALTER TABLE delta.`{staging}` UNSET TBLPROPERTIES ('{key}')")
-    assert key not in RsTable(str(staging)).metadata().configuration
+    # the table as an earlier version made it: statistics of every column from here on, Delta's retention
+    keys = ", ".join(f"'{key}'" for key in STAGING_PROPERTIES)
+    spark.sql(f"ALTER TABLE delta.`{staging}` UNSET TBLPROPERTIES ({keys})")
+    assert not STAGING_PROPERTIES.keys() & RsTable(str(staging)).metadata().configuration.keys()
     assert run_job(cfg, once=True, spark=spark, handler=build_handler(cfg)) >= 1
     _assert_matches(cfg, oracle)
     _assert_each_txn_committed_once(tmp_path / "job" / "lake")

@@ -87,12 +87,25 @@ STAGING_SCHEMA = ("held_at long, schema string, table string, commit_ts long, pa
 """The staging table of held rows: ``payload`` is :func:`~ticdc_delta.core.records.dump_record`; ``sig`` and
 ``hashes`` its :class:`~ticdc_delta.core.key_buckets.Routing`."""
 
-STAGING_PROPERTIES = {"delta.dataSkippingNumIndexedCols": "0"}
-"""The staging table's properties: no per-file column statistics. Each batch reads the rows the batch
-before it held (``held_at = <that batch> AND app = <the job's id>``); with statistics, Delta's data
-skipping compiled that filter, the batch number inlined, into a new Java class every batch (measured here:
-~0.15–0.25 s of Janino on the driver per batch, and a method too long for the JIT to compile). Parquet's
-own row-group statistics still let the scan skip the other batches' files."""
+STAGING_PROPERTIES = {
+    "delta.dataSkippingNumIndexedCols": "0",
+    "delta.logRetentionDuration": "interval 1 hours",
+    "delta.deletedFileRetentionDuration": "interval 10 minutes",
+}
+"""The staging table's properties.
+
+No per-file column statistics: each batch reads the rows the batch before it held (``held_at = <that
+batch> AND app = <the job's id>``); with statistics, Delta's data skipping compiled that filter, the batch
+number inlined, into a new Java class every batch (measured here: ~0.15–0.25 s of Janino on the driver per
+batch, and a method too long for the JIT to compile). Parquet's own row-group statistics still let the scan
+skip the other batches' files.
+
+An hour of log and ten minutes of tombstones instead of Delta's 30 days and a week: the table takes a
+commit per micro-batch that holds rows, and only the next batch reads it, at its latest version (its
+unused files are vacuumed without retention). Delta lists the whole log directory to load a table on a
+local or HDFS path (with a 1-second trigger, 86,400 more files a day), and every checkpoint carries each
+tombstone still retained. Delta removes expired log files when it writes a checkpoint, whole days at a
+time, so a day's log or so stays."""
 
 _SMALL_KINDS = ("meta", "summary", "error")
 _ONE_STAGING_FILE = 200_000  # held rows up to which a batch writes them to the staging table as one file
