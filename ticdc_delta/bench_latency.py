@@ -157,7 +157,7 @@ def _measure(engine: str, broker: LocalBroker, spark: Any, work: Path, *, second
     from .bench_e2e import _config
     from .delta.sink import TableIdent
     from .spark.batch_handler import _ConfiguredSink
-    from .spark.job import build_handler, run_job
+    from .spark.job import build_handler, query_name, run_job
 
     name = f"lat-{engine}"
     topic = f"bench-latency-{engine}"
@@ -169,8 +169,8 @@ def _measure(engine: str, broker: LocalBroker, spark: Any, work: Path, *, second
     level = progress_log.level
     progress_log.setLevel(logging.INFO)
     progress_log.addHandler(tap)
-    query_name = f"ticdc_delta_{name}".replace("-", "_")
-    triggers = _TriggerTap(query_name)
+    qname = query_name(name)
+    triggers = _TriggerTap(qname)
     spark.streams.addListener(triggers.listener)
     failed = threading.Event()
     errors: list[BaseException] = []
@@ -269,7 +269,7 @@ def _measure(engine: str, broker: LocalBroker, spark: Any, work: Path, *, second
               f"{(rss.growth()) / 2**20:+,.0f} MiB")
     finally:
         for query in spark.streams.active:
-            if query.name == query_name:
+            if query.name == qname:
                 # the progress line is logged before Spark writes the batch to its commit log: stopping
                 # then interrupts that write (a harmless but loud trace), so wait for the trigger to end
                 deadline = time.monotonic() + 30

@@ -205,7 +205,7 @@ def test_a_local_checkpoint_is_written_through_the_filesystem_unless_the_session
     """The query of a job whose checkpoint is local writes its offsets and commits through Hadoop's
     FileSystem (Spark's default FileContext starts a process for each link lookup and permission there);
     a manager the session names wins, and the session's setting is as it was after the run."""
-    from ticdc_delta.spark.job import CHECKPOINT_MANAGER_CONF, LOCAL_CHECKPOINT_MANAGER
+    from ticdc_delta.spark.job import CHECKPOINT_MANAGER_CONF, LOCAL_CHECKPOINT_MANAGER, query_name
 
     topic = unique_name("ckptfs")
     oracle, source = _stream(broker, topic, "canal-json", tmp_path, events=200)
@@ -221,7 +221,7 @@ def test_a_local_checkpoint_is_written_through_the_filesystem_unless_the_session
 
         def __call__(self, batch_df: Any, batch_id: int) -> None:
             for query in spark.streams.active:
-                if query.name == "ticdc_delta_it":
+                if query.name == query_name(cfg.changefeed):
                     run = query._jsq.streamingQuery()
                     seen.append((run.offsetLog().fileManager().getClass().getName(),
                                  run.commitLog().fileManager().getClass().getName()))

@@ -19,7 +19,7 @@ from typing import Any
 from ..config import JobConfig
 from .batch_handler import BatchHandler
 
-__all__ = ["run_job", "build_handler", "spark_for", "drain_listener_bus", "json_progress_listener"]
+__all__ = ["run_job", "build_handler", "spark_for", "drain_listener_bus", "json_progress_listener", "query_name"]
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,12 @@ def spark_for(cfg: JobConfig) -> Any:
     # Under spark-submit the gateway is already up and --master decides; `run` defaults to local mode.
     master = cfg.spark.master or (None if under_spark_submit() else "local[2]")
     return get_or_create_spark(cfg.spark.app_name or f"ticdc-delta-{cfg.changefeed}", master, dict(cfg.spark.conf))
+
+
+def query_name(changefeed: str) -> str:
+    """The name of the changefeed's streaming query (``ticdc_delta_<changefeed>``, ``-`` and ``.`` as
+    ``_``): what Spark's progress events and ``spark.streams.active`` call it."""
+    return f"ticdc_delta_{changefeed}".replace("-", "_").replace(".", "_")
 
 
 def build_handler(cfg: JobConfig) -> BatchHandler:
@@ -198,12 +204,12 @@ def json_progress_listener(on_progress: Callable[[dict[str, Any]], None]) -> Any
     return JsonProgressListener()
 
 
-def _group_mirror_listener(mirror: Any, query_name: str) -> Any:
-    """A :func:`json_progress_listener` that mirrors each finished batch of the query ``query_name`` to
+def _group_mirror_listener(mirror: Any, name: str) -> Any:
+    """A :func:`json_progress_listener` that mirrors each finished batch of the query called ``name`` to
     the consumer group."""
 
     def on_progress(progress: dict[str, Any]) -> None:
-        if progress.get("name") == query_name:
+        if progress.get("name") == name:
             commit_progress(mirror, progress)
 
     return json_progress_listener(on_progress)
@@ -285,18 +291,18 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
         client_conf=dict(cfg.source.kafka),
         fail_on_data_loss=cfg.source.fail_on_data_loss,
     )
-    query_name = f"ticdc_delta_{cfg.changefeed}".replace("-", "_").replace(".", "_")
+    name = query_name(cfg.changefeed)
     timeout = cfg.batch_timeout_seconds
     watchdog = BatchWatchdog(timeout) if timeout is not None else None
     writer = (
         df.writeStream.foreachBatch(handler if watchdog is None else watched(handler, watchdog))
         .option("checkpointLocation", cfg.checkpoint.rstrip("/") + "/spark")
-        .queryName(query_name)
+        .queryName(name)
     )
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=cfg.trigger_interval)
     group = cfg.consumer_group_id
     mirror = ConsumerGroupMirror(cfg.source.bootstrap_servers, group, dict(cfg.source.kafka)) if group else None
-    listener = _group_mirror_listener(mirror, query_name) if mirror is not None else None
+    listener = _group_mirror_listener(mirror, name) if mirror is not None else None
     if listener is not None:
         spark.streams.addListener(listener)
     try:
