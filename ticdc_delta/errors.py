@@ -33,6 +33,7 @@ __all__ = [
     "ConfigError",
     "BrokerUnavailableError",
     "KafkaDataLossError",
+    "ProduceOrderError",
     "ConcurrentCommitError",
     "DDLPolicyError",
     "SinkError",
@@ -211,6 +212,11 @@ class BrokerUnavailableError(TransientError):
 
 class KafkaDataLossError(TerminalError):
     """Offsets the query needs are gone from Kafka (retention, truncation) and failOnDataLoss is on."""
+
+
+class ProduceOrderError(TerminalError):
+    """Kafka stored a partition's messages in another order than they were produced (a producer's
+    retried request): the topic does not hold the stream that was sent."""
 
 
 class ConcurrentCommitError(TransientError):

@@ -37,6 +37,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from ticdc_delta.errors import BrokerUnavailableError
 from ticdc_delta.jars import broker_classpath, chooses_gc, java_executable
 from ticdc_delta.orphan_guard import guarded
+from ticdc_delta.produce_order import ProduceLedger
 
 __all__ = ["LocalBroker", "broker_classpath", "free_port", "wait_for_high_watermarks"]
 
@@ -431,12 +432,14 @@ class LocalBroker:
             time.sleep(0.05)
 
     def producer(self, **extra: Any) -> Producer:
-        """A Producer for this broker (normal batching, ``acks=all``).
+        """A Producer for this broker (normal batching, ``acks=all``, idempotent: a retried request keeps
+        each partition's order and stores each message once, :mod:`ticdc_delta.produce_order`).
 
         ``extra`` are librdkafka settings; dotted names go through a dict:
-        ``broker.producer(**{"enable.idempotence": True})``.
+        ``broker.producer(**{"linger.ms": 100})``.
         """
-        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "acks": "all", "linger.ms": 5}
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "acks": "all", "linger.ms": 5,
+                                "enable.idempotence": True}
         conf.update(extra)
         return Producer(conf)
 
@@ -448,7 +451,8 @@ class LocalBroker:
         timeout_s: float = 30.0,
         producer: Producer | None = None,
     ) -> int:
-        """Produce ``(partition, key, value)`` messages in order, flush, and check every delivery.
+        """Produce ``(partition, key, value)`` messages in order, flush, and check every delivery and that
+        each partition stored its messages in that order.
 
         The final flush fails after ``timeout_s`` without any delivery. Without ``producer`` a shared
         producer of this broker is used; threads producing at the same time should
@@ -459,26 +463,18 @@ class LocalBroker:
 
         Raises:
             BrokerUnavailableError: a delivery failed or the flush did not finish in time.
+            ProduceOrderError: a partition holds its messages in another order (a ``producer`` that is
+                not idempotent).
         """
         if producer is None:
             if self._default_producer is None:
-                # one per broker (clients are not cheap); one request in flight keeps each partition's
-                # order even when a send is retried
-                self._default_producer = self.producer(**{"max.in.flight.requests.per.connection": 1})
+                self._default_producer = self.producer()  # one per broker (clients are not cheap)
             producer = self._default_producer
         prod = producer
-        errors: list[KafkaError] = []
-        delivered = 0
-
-        def on_delivery(err: KafkaError | None, _msg: Any) -> None:
-            nonlocal delivered
-            if err is not None:
-                errors.append(err)
-            else:
-                delivered += 1
-
+        ledger = ProduceLedger(topic)
         count = 0
         for partition, key, value in messages:
+            on_delivery = ledger.expect(partition)
             while True:
                 try:
                     prod.produce(topic, key=key, value=value, partition=partition, on_delivery=on_delivery)
@@ -488,6 +484,7 @@ class LocalBroker:
             count += 1
             prod.poll(0)
         remaining = _flush(prod, timeout_s)
+        errors, delivered = ledger.errors, ledger.delivered
         if errors:
             raise BrokerUnavailableError(
                 f"{len(errors)} of {count} messages to {topic!r} on {self.bootstrap_servers} failed; "
@@ -498,6 +495,7 @@ class LocalBroker:
                 f"only {delivered} of {count} messages to {topic!r} on {self.bootstrap_servers} were "
                 f"acknowledged (no progress for {timeout_s:.0f} s)"
             )
+        ledger.check()
         return count
 
     def _wait_for_leaders(self, topic: str, partitions: int, deadline: float) -> None:

@@ -114,11 +114,16 @@ def read_messages(path: str | os.PathLike[str]) -> Iterator[tuple[int, bytes | N
 
 
 class KafkaSink:
-    """Produces messages to ``topic`` on ``bootstrap_servers``, creating the topic if it is missing.
+    """Produces messages to ``topic`` on ``bootstrap_servers``, creating the topic if it is missing, with
+    an idempotent producer; :meth:`close` checks that Kafka acknowledged every message and stored each
+    partition's in the order they were written.
 
     Raises:
-        BrokerUnavailableError: the broker cannot be reached, or the topic did not appear in time.
+        BrokerUnavailableError: the broker cannot be reached, the topic did not appear in time, or (close)
+            a message was not acknowledged.
         ConfigError: the topic exists with fewer partitions than the stream needs.
+        ProduceOrderError: (close) a partition holds its messages in another order
+            (:mod:`ticdc_delta.produce_order`).
     """
 
     def __init__(self, bootstrap_servers: str, topic: str, partitions: int, *, timeout_s: float = 30.0,
@@ -126,11 +131,12 @@ class KafkaSink:
         from confluent_kafka import KafkaException, Producer
         from confluent_kafka.admin import AdminClient, NewTopic
 
+        from ..produce_order import ProduceLedger
+
         self.topic = topic
         self.timeout_s = timeout_s
-        self._errors: list[Any] = []
+        self._ledger = ProduceLedger(topic)  # where Kafka stored each message: checked at close()
         self.sent = 0
-        self.delivered = 0
         admin = AdminClient({"bootstrap.servers": bootstrap_servers})
         try:
             metadata = admin.list_topics(timeout=timeout_s)
@@ -153,7 +159,10 @@ class KafkaSink:
         conf: dict[str, Any] = {
             "bootstrap.servers": bootstrap_servers,
             "acks": "all",
-            "max.in.flight.requests.per.connection": 1,
+            # each partition's order is the stream's meaning: an idempotent producer keeps it (and stores
+            # each message once) when a request is retried, e.g. to a partition of a just-created topic
+            # whose leader is not serving yet; one request in flight alone did not (see produce_order)
+            "enable.idempotence": True,
             "linger.ms": 5,
             **(producer_config or {}),
         }
@@ -171,17 +180,12 @@ class KafkaSink:
                 )
             time.sleep(0.05)
 
-    def _on_delivery(self, err: Any, _msg: Any) -> None:
-        if err is not None:
-            self._errors.append(err)
-        else:
-            self.delivered += 1
-
     def write(self, partition: int, key: bytes | None, value: bytes | None) -> None:
+        on_delivery = self._ledger.expect(partition)
         while True:
             try:
                 self._producer.produce(self.topic, key=key, value=value, partition=partition,
-                                       on_delivery=self._on_delivery)
+                                       on_delivery=on_delivery)
                 break
             except BufferError:  # local queue full: let deliveries drain
                 self._producer.poll(0.1)
@@ -190,12 +194,14 @@ class KafkaSink:
 
     def close(self) -> None:
         remaining = self._producer.flush(self.timeout_s)
-        if self._errors:
+        errors, delivered = self._ledger.errors, self._ledger.delivered
+        if errors:
             raise BrokerUnavailableError(
-                f"{len(self._errors)} of {self.sent} messages to {self.topic!r} failed; first: {self._errors[0]}"
+                f"{len(errors)} of {self.sent} messages to {self.topic!r} failed; first: {errors[0]}"
             )
-        if remaining or self.delivered != self.sent:
+        if remaining or delivered != self.sent:
             raise BrokerUnavailableError(
-                f"only {self.delivered} of {self.sent} messages to {self.topic!r} were acknowledged "
+                f"only {delivered} of {self.sent} messages to {self.topic!r} were acknowledged "
                 f"within {self.timeout_s:.0f} s"
             )
+        self._ledger.check()
