@@ -352,15 +352,22 @@ def test_commit_consumer_group_offsets_reads_back(
     # the job's mirror commits finished batches, only offsets that moved forward
     mirrored = unique_name("mirror")
     mirror = ConsumerGroupMirror(broker.bootstrap_servers, mirrored, {})
+    assert mirror.commit({(topic, 0): 4, (topic, 1): 2})
+    client = mirror._admin
     assert mirror.commit({(topic, 0): 5, (topic, 1): 2})
     assert mirror.commit({(topic, 0): 4, (topic, 1): 2})  # nothing moved forward: nothing sent
+    assert client is not None and mirror._admin is client  # one client for the commits of a run
     consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": mirrored})
     try:
         committed = consumer.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=10)
     finally:
         consumer.close()
     assert [(tp.partition, tp.offset) for tp in committed] == [(0, 5), (1, 2)]
-    assert not ConsumerGroupMirror(f"127.0.0.1:{free_port()}", mirrored, {}, timeout_s=1).commit({(topic, 0): 9})
+    mirror.close()
+    assert mirror._admin is None
+    absent = ConsumerGroupMirror(f"127.0.0.1:{free_port()}", mirrored, {}, timeout_s=1)
+    assert not absent.commit({(topic, 0): 9})
+    assert absent._admin is None  # a failed commit's client is not kept
     with pytest.raises(TypeError, match=r"not a Kafka offset"):
         commit_consumer_group_offsets(broker.bootstrap_servers, group, {topic: 3}, None)
     with pytest.raises(BrokerUnavailableError, match=r"127\.0\.0\.1:\d+"):

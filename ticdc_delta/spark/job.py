@@ -339,6 +339,8 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
         if listener is not None:
             drain_listener_bus(spark)
             spark.streams.removeListener(listener)
+        if mirror is not None:
+            mirror.close()
     if handler.error is not None:
         raise handler.error
     return handler.batches

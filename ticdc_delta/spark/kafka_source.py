@@ -54,6 +54,7 @@ __all__ = [
     "plan_end_offsets",
     "probe_brokers",
     "commit_consumer_group_offsets",
+    "group_admin_client",
     "read_kafka_stream",
     "to_java_client_conf",
     "unwrap_source_error",
@@ -254,11 +255,14 @@ def commit_consumer_group_offsets(
     client_conf: Mapping[str, Any] | None = None,
     *,
     timeout_s: float = 30.0,
+    admin: AdminClient | None = None,
 ) -> None:
     """Commit ``end_offsets`` (``{topic: {partition: next_offset}}``, dict or JSON) to ``group_id``.
 
     So that standard lag tools (kafka-consumer-groups, Burrow, ...) see the job. The committed offset is
     the next offset to read, as Kafka defines it. The Spark checkpoint stays the source of truth.
+    ``admin``: a client of ``bootstrap_servers`` built by :func:`group_admin_client` to commit through
+    (:class:`ConsumerGroupMirror` keeps one); without it, one is built for this commit and dropped after.
 
     Raises:
         TypeError: ``group_id`` is empty or ``end_offsets`` is not offsets.
@@ -280,13 +284,7 @@ def commit_consumer_group_offsets(
         return
     conf = librdkafka_settings(client_conf or {})
     opts = _client_options(bootstrap_servers, conf)
-    try:
-        # log_level 4: no "purging unserved events" notice when the client is dropped after its answer
-        admin = AdminClient({**conf, "bootstrap.servers": bootstrap_servers, "log_level": 4})
-    except KafkaException as exc:
-        raise ConfigError(
-            f"invalid Kafka client settings for {bootstrap_servers}: {_scrub(str(exc.args[0]), conf)}"
-        ) from None
+    client = admin if admin is not None else group_admin_client(bootstrap_servers, conf)
     # AdminClient rather than Consumer.commit: a synchronous consumer commit has no timeout and waits
     # for a group coordinator for as long as the broker is away.
     request = ConsumerGroupTopicPartitions(
@@ -294,7 +292,7 @@ def commit_consumer_group_offsets(
     )
     error: TicdcDeltaError | None = None
     try:
-        futures = admin.alter_consumer_group_offsets([request], request_timeout=timeout_s)
+        futures = client.alter_consumer_group_offsets([request], request_timeout=timeout_s)
         result = futures[group_id].result(timeout=timeout_s + 5.0)
     except KafkaException as exc:
         error = _kafka_failure(exc, f"committing offsets of group {group_id!r}", opts)
@@ -304,9 +302,9 @@ def commit_consumer_group_offsets(
             f"{timeout_s:.0f} s"
         )
     finally:
-        # the client goes now, not when a garbage collection finds it: alive, it retries an absent broker
-        # and prints its connection failures to stderr after the job's own error line
-        del admin
+        # a client of this commit alone goes now, not when a garbage collection finds it: alive, it
+        # retries an absent broker and prints its connection failures to stderr after the job's own error
+        del client
     if error is not None:
         raise error
     failed = [tp for tp in result.topic_partitions or () if tp.error is not None]
@@ -315,6 +313,22 @@ def commit_consumer_group_offsets(
             f"Kafka at {bootstrap_servers} refused the offsets of group {group_id!r} for "
             + ", ".join(f"{tp.topic}[{tp.partition}]: {_scrub(str(tp.error), conf)}" for tp in failed)
         )
+
+
+def group_admin_client(bootstrap_servers: str, client_conf: Mapping[str, Any] | None = None) -> AdminClient:
+    """The AdminClient :func:`commit_consumer_group_offsets` commits through.
+
+    Raises:
+        ConfigError: librdkafka refused the client settings.
+    """
+    conf = librdkafka_settings(client_conf or {})
+    try:
+        # log_level 4: no "purging unserved events" notice when the client is dropped after its answer
+        return AdminClient({**conf, "bootstrap.servers": bootstrap_servers, "log_level": 4})
+    except KafkaException as exc:
+        raise ConfigError(
+            f"invalid Kafka client settings for {bootstrap_servers}: {_scrub(str(exc.args[0]), conf)}"
+        ) from None
 
 
 def _jaas_quote(value: str) -> str:
@@ -386,6 +400,11 @@ class ConsumerGroupMirror:
     which Spark tells of a batch once it is in the checkpoint's commit log, and once more with the last
     progress when the query stops. Never fails the job: a failed group commit is logged, the Spark
     checkpoint stays the source of truth.
+
+    The commits go through one AdminClient, kept while they succeed (a job on a 1-second trigger would
+    otherwise open a connection to the cluster, and on a secured one do its TLS and SASL handshakes, every
+    second); after a failure the next commit builds a new one, and :meth:`close` drops it when the query
+    has stopped.
     """
 
     def __init__(self, bootstrap_servers: str, group_id: str, client_conf: Mapping[str, Any] | None = None,
@@ -397,6 +416,7 @@ class ConsumerGroupMirror:
         self._conf = librdkafka_settings(client_conf or {})
         self._timeout_s = timeout_s
         self._committed: dict[TopicPartitionKey, int] = {}
+        self._admin: AdminClient | None = None
 
     def __repr__(self) -> str:
         return f"ConsumerGroupMirror({self.bootstrap_servers!r}, {self.group_id!r}, {redact(self._conf)!r})"
@@ -411,14 +431,22 @@ class ConsumerGroupMirror:
         if not moved:
             return True
         try:
+            if self._admin is None:
+                self._admin = group_admin_client(self.bootstrap_servers, self._conf)
             commit_consumer_group_offsets(
-                self.bootstrap_servers, self.group_id, _to_json(moved), self._conf, timeout_s=self._timeout_s
+                self.bootstrap_servers, self.group_id, _to_json(moved), self._conf, timeout_s=self._timeout_s,
+                admin=self._admin,
             )
         except TicdcDeltaError as exc:
+            self._admin = None  # (a client that keeps retrying an absent broker is not kept)
             log.warning("could not commit offsets to consumer group %r: %s", self.group_id, exc)
             return False
         self._committed.update(moved)
         return True
+
+    def close(self) -> None:
+        """Drop the client (the next :meth:`commit` would build a new one)."""
+        self._admin = None
 
 
 def read_kafka_stream(
