@@ -811,9 +811,40 @@ def test_examples_use_what_they_document() -> None:
     assert tables.table_path("sales", "invoices") == "/data/lake/erp/sales/invoices"
     assert tables.consumer_group_id is None
     assert tables.trigger_interval_seconds == 90.0
+    assert tables.table_properties_for("sales", "orders") == {"delta.logRetentionDuration": "interval 7 days",
+                                                              "delta.enableChangeDataFeed": "true"}
+    assert tables.table_properties_for("stock", "movements") == {"delta.logRetentionDuration": "interval 7 days"}
 
     demo = load_config(CONF_DIR / "demo.yaml", env={})
     assert demo.source.bootstrap_servers == "127.0.0.1:9092" and demo.sink.path == "/tmp/lake"
+
+
+def test_table_properties_sink_wide_then_per_table_and_the_ones_the_job_sets_are_refused() -> None:
+    sink = {**MINIMAL["sink"], "table_properties": {"delta.checkpointInterval": 50, "delta.logRetentionDuration":
+                                                     "interval 7 days"}}
+    cfg = config_from_mapping({**MINIMAL, "sink": sink, "tables": [
+        {"source": "a.*", "table_properties": {"delta.checkpointInterval": 20, "delta.enableChangeDataFeed": True}}]})
+    assert cfg.table_properties_for("a", "t") == {"delta.checkpointInterval": "20", "delta.logRetentionDuration":
+                                                  "interval 7 days", "delta.enableChangeDataFeed": "true"}
+    assert cfg.table_properties_for("b", "t") == {"delta.checkpointInterval": "50",
+                                                  "delta.logRetentionDuration": "interval 7 days"}
+    assert config_from_mapping(MINIMAL).table_properties_for("a", "t") == {}
+    for key, why in [("delta.appendOnly", "updates and deletes"), ("DELTA.COLUMNMAPPING.MODE", "sink.column_mapping"),
+                     ("delta.enableTypeWidening", "sink.type_widening"), ("delta.minWriterVersion", "features"),
+                     ("delta.x'y", "letters, digits")]:
+        with pytest.raises(ConfigError, match=rf"sink\.table_properties.*: .*{why}"):
+            config_from_mapping({**MINIMAL, "sink": {**MINIMAL["sink"], "table_properties": {key: "1"}}})
+        with pytest.raises(ConfigError, match=rf"tables\[0\]\.table_properties.*: .*{why}"):
+            config_from_mapping({**MINIMAL, "tables": [{"source": "a.b", "table_properties": {key: "1"}}]})
+    # delta-rs takes Delta's own names only
+    rs = {**MINIMAL["sink"], "engine": "delta-rs"}
+    assert config_from_mapping({**MINIMAL, "sink": {**rs, "table_properties": {"delta.checkpointInterval": 5}}})
+    with pytest.raises(ConfigError, match=r"sink\.table_properties\.owner: engine delta-rs .*delta\.\*"):
+        config_from_mapping({**MINIMAL, "sink": {**rs, "table_properties": {"owner": "x"}}})
+    with pytest.raises(ConfigError, match=r"tables\[0\]\.table_properties\.owner: engine delta-rs"):
+        config_from_mapping({**MINIMAL, "sink": rs, "tables": [{"source": "a.b", "table_properties": {"owner": "x"}}]})
+    # the spark engine takes other names too (Delta Lake keeps them)
+    assert config_from_mapping({**MINIMAL, "sink": {**MINIMAL["sink"], "table_properties": {"owner": "x"}}})
 
 
 @pytest.mark.parametrize(

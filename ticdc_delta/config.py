@@ -164,6 +164,26 @@ def _check_setting_keys(settings: Mapping[str, str], reserved: Mapping[str, str]
             raise _PathError((key,), reserved[key])
 
 
+TABLE_PROPERTIES_THE_JOB_SETS: dict[str, str] = {
+    "delta.columnMapping.mode": "set by the job from sink.column_mapping",
+    "delta.columnMapping.maxColumnId": "Delta Lake keeps it itself",
+    "delta.enableTypeWidening": "set by the job from sink.type_widening",
+    "delta.appendOnly": "the job updates and deletes rows: an append-only table would refuse its MERGEs",
+    "delta.minReaderVersion": "Delta Lake derives it from the table's features",
+    "delta.minWriterVersion": "Delta Lake derives it from the table's features",
+}
+"""Delta table properties ``table_properties`` refuses, with why."""
+
+
+def _check_table_properties(value: Mapping[str, str]) -> None:
+    _check_setting_keys(value)
+    refused = {key.lower(): why for key, why in TABLE_PROPERTIES_THE_JOB_SETS.items()}
+    for key in value:
+        why = refused.get(key.lower())  # (Delta Lake compares its properties' names ignoring case)
+        if why is not None:
+            raise _PathError((key,), why)
+
+
 def _redact_url(url: str) -> str:
     """``url`` with any ``user:password@`` replaced by ``***@`` (each of a comma-separated list)."""
     out = []
@@ -589,6 +609,9 @@ class SinkConfig(_Model):
     column_mapping: bool = True
     # small-file compaction after each micro-batch of the tables it wrote (docs/configuration.md)
     compaction: CompactionConfig = CompactionConfig()
+    # Delta table properties of every target table: set when the job creates one, and on an existing one
+    # before the job's next write to it when a listed value differs (tables[].table_properties add to them)
+    table_properties: Settings = {}
 
     _SETTING_FIELDS = frozenset({"storage_options"})
 
@@ -596,13 +619,28 @@ class SinkConfig(_Model):
     def _check_engine_options(self) -> "SinkConfig":
         if self.type_widening and self.engine != "spark":
             raise _PathError(("type_widening",), "needs engine: spark (delta-rs cannot write type-widened tables)")
+        _check_engine_properties(self.table_properties, self.engine, ("table_properties",))
         return self
+
+    @field_validator("table_properties")
+    @classmethod
+    def _check_table_properties(cls, value: dict[str, str]) -> dict[str, str]:
+        _check_table_properties(value)
+        return value
 
     @field_validator("storage_options")
     @classmethod
     def _check_storage_options(cls, value: dict[str, str]) -> dict[str, str]:
         _check_setting_keys(value)
         return value
+
+
+def _check_engine_properties(value: Mapping[str, str], engine: str, where: tuple[Any, ...]) -> None:
+    if engine == "delta-rs":
+        for key in value:
+            if not key.startswith("delta."):
+                raise _PathError((*where, key), "engine delta-rs creates tables with Delta's own properties "
+                                                "(delta.*) only: delta-rs refuses any other")
 
 
 def _pattern_regex(part: str) -> re.Pattern[str]:
@@ -618,6 +656,8 @@ class TableMapping(_Model):
     key: list[NonEmptyStr] | None = None
     partition_by: list[NonEmptyStr] = []
     enabled: bool = True
+    # Delta table properties of this entry's tables, over sink.table_properties
+    table_properties: Settings = {}
 
     _schema_re: re.Pattern[str] = PrivateAttr()
     _table_re: re.Pattern[str] = PrivateAttr()
@@ -645,6 +685,12 @@ class TableMapping(_Model):
     @classmethod
     def _check_partition_by(cls, value: list[str]) -> list[str]:
         _check_unique(value)
+        return value
+
+    @field_validator("table_properties")
+    @classmethod
+    def _check_table_properties(cls, value: dict[str, str]) -> dict[str, str]:
+        _check_table_properties(value)
         return value
 
     def model_post_init(self, context: Any, /) -> None:
@@ -800,6 +846,7 @@ class JobConfig(_Model):
             if lowered in seen:
                 raise _PathError(("tables", i, "source"), f"already mapped by tables[{seen[lowered]}]")
             seen[lowered] = i
+            _check_engine_properties(mapping.table_properties, self.sink.engine, ("tables", i, "table_properties"))
         return self
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -845,6 +892,12 @@ class JobConfig(_Model):
             if mapping.is_wildcard and mapping.matches(schema, table, case_sensitive=cs):
                 return mapping
         return None
+
+    def table_properties_for(self, schema: str, table: str) -> dict[str, str]:
+        """The Delta table properties of ``schema.table``: ``sink.table_properties``, then those of its
+        ``tables:`` entry over them."""
+        mapping = self.table_mapping_for(schema, table)
+        return {**self.sink.table_properties, **(mapping.table_properties if mapping is not None else {})}
 
     def fold_name(self, name: str) -> str:
         """A schema or table name as the job stores it: lower-case unless ``case_sensitive``."""

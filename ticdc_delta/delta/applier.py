@@ -113,6 +113,8 @@ class TableOptions:
     key: tuple[str, ...] | None = None
     partition_by: tuple[str, ...] = ()
     enabled: bool = True
+    # Delta table properties (``sink.table_properties`` and the entry's own), as (name, value) pairs
+    properties: tuple[tuple[str, str], ...] = ()
 
 
 class DeltaApplier:
@@ -288,8 +290,11 @@ class DeltaApplier:
             fields = [self._field(ident, n, t, f) for n, (t, f) in col_types.items()]
             if meta:
                 fields += [pa.field(meta[0], pa.int64()), pa.field(meta[1], pa.string())]
-            self.sink.ensure_table(ident, pa.schema(fields), list(opts.partition_by), self.schema_txn(batch_id))
+            self.sink.ensure_table(ident, pa.schema(fields), list(opts.partition_by), self.schema_txn(batch_id),
+                                   dict(opts.properties))
             existing = self.sink.table_schema(ident)
+        elif opts.properties:
+            self.reconcile_properties(ident, opts)
         assert existing is not None  # noqa: S101 - ensure_table just created it
         have = {f.name.lower(): f.name for f in existing}
         missing = [self._field(ident, n, t, f) for n, (t, f) in col_types.items() if n.lower() not in have]
@@ -300,6 +305,23 @@ class DeltaApplier:
             have.update({f.name.lower(): f.name for f in missing})
         self._widen_drifted(ident, existing, col_types, txn)
         return have
+
+    def reconcile_properties(self, ident: TableIdent, opts: TableOptions) -> list[str]:
+        """Set the configured table properties (``opts.properties``) whose value the existing table does not
+        have, in one commit of their own (metadata only: the table's rows, and so the upstream state its
+        version stands for, stay as they are); the names set. Names and values compare ignoring case (Delta
+        Lake stores its own properties' names in its spelling, ``true`` as given).
+
+        Raises:
+            SinkError: the table refused them; ConcurrentCommitError: other writers kept winning.
+        """
+        found = {k.lower(): v.strip().lower() for k, v in (self.sink.table_properties(ident) or {}).items()}
+        differ = {k: v for k, v in opts.properties if found.get(k.lower()) != v.strip().lower()}
+        if differ:
+            self.sink.set_table_properties(ident, differ)
+            log.info("set table properties of %s.%s: %s", *ident,
+                     ", ".join(f"{k}={v}" for k, v in sorted(differ.items())))
+        return sorted(differ)
 
     def _apply_table(
         self, ident: TableIdent, tc: TableChanges, opts: TableOptions, batch_id: int

@@ -353,7 +353,7 @@ class DDLReplayer:
                 sink.add_columns(ident, missing, txn)
             return bool(missing)
         opts = applier.options(*ident)
-        return bool(sink.ensure_table(ident, schema, list(opts.partition_by), txn))
+        return bool(sink.ensure_table(ident, schema, list(opts.partition_by), txn, dict(opts.properties)))
 
     def _add_columns(self, change: "d.AddColumns", existing: pa.Schema, rec: DDLRecord,
                      applier: "DeltaApplier", txn: Txn) -> bool:

@@ -204,12 +204,33 @@ class TableSink(Protocol):
         ...
 
     def ensure_table(
-        self, ident: TableIdent, arrow_schema: pa.Schema, partition_by: Sequence[str] | None, txn: Txn
+        self, ident: TableIdent, arrow_schema: pa.Schema, partition_by: Sequence[str] | None, txn: Txn,
+        properties: Mapping[str, str] | None = None,
     ) -> bool:
-        """Create the table if it is missing; ``True`` when this call created it.
+        """Create the table (with the Delta table ``properties``) if it is missing; ``True`` when this call
+        created it.
 
         Raises:
             SinkError: the table cannot be created.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        ...
+
+    def table_properties(self, ident: TableIdent) -> dict[str, str] | None:
+        """The table's Delta table properties, as of this sink's last read of its log for
+        :meth:`table_schema` when that was the last thing asked of it (else read now); ``None`` when it
+        does not exist.
+
+        Raises:
+            SinkError: the table cannot be read.
+        """
+        ...
+
+    def set_table_properties(self, ident: TableIdent, properties: Mapping[str, str]) -> None:
+        """Set Delta table ``properties`` on the table (one commit).
+
+        Raises:
+            SinkError: the table is missing or refused them.
             ConcurrentCommitError: other writers kept winning.
         """
         ...
@@ -611,6 +632,7 @@ class DeltaRsSink:
         self._max_retries = max_retries
         self._backoff = retry_backoff_s
         self._writer_properties = writer_properties
+        self._read_properties: dict[str, dict[str, str]] = {}  # path -> properties of its last table_facts read
 
     # --- locations ------------------------------------------------------------------------------------
 
@@ -748,6 +770,7 @@ class DeltaRsSink:
             if dt is None:
                 return None
             schema = table_arrow_schema(dt)
+            self._read_properties[path] = dict(dt.metadata().configuration)  # (for table_properties)
             if not stats:
                 return TableFacts(schema, None)
             files = _file_stats(pa.table(dt.get_add_actions(flatten=False)), dt)
@@ -771,8 +794,10 @@ class DeltaRsSink:
         arrow_schema: pa.Schema,
         partition_by: Sequence[str] | None,
         txn: Txn,
+        properties: Mapping[str, str] | None = None,
     ) -> bool:
-        """Create the table with ``arrow_schema`` if it is missing; ``True`` when this call created it.
+        """Create the table with ``arrow_schema`` (and the Delta table ``properties``) if it is missing;
+        ``True`` when this call created it.
 
         An existing table is left as it is (use :meth:`add_columns` for new columns).
 
@@ -794,11 +819,42 @@ class DeltaRsSink:
                 mode="ignore",  # another writer created it meanwhile: fine, it is there
                 partition_by=parts or None,
                 storage_options=self._storage_options,
+                configuration=dict(properties) if properties else None,
                 commit_properties=commit_properties(txn.app_id + SCHEMA_TXN_SUFFIX, txn.version),
             )
             return True
 
         return self._run("create", path, attempt)
+
+    def table_properties(self, ident: TableIdent) -> dict[str, str] | None:
+        """See :meth:`TableSink.table_properties`.
+
+        Raises:
+            SinkError: the table cannot be read.
+        """
+        path = self._path(ident)
+        found = self._read_properties.pop(path, None)
+        if found is not None:
+            return found
+        try:
+            dt = self._load(path)
+        except (DeltaError, OSError) as exc:
+            raise SinkError(f"cannot read the log of {path}: {exc}") from exc
+        return None if dt is None else dict(dt.metadata().configuration)
+
+    def set_table_properties(self, ident: TableIdent, properties: Mapping[str, str]) -> None:
+        """See :meth:`TableSink.set_table_properties`.
+
+        Raises:
+            SinkError: the table is missing or refused them.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        path = self._path(ident)
+
+        def attempt() -> None:
+            self._require(path).alter.set_table_properties(dict(properties))
+
+        self._run("set properties of", path, attempt)
 
     def add_columns(self, ident: TableIdent, fields: Sequence[pa.Field], txn: Txn) -> list[str]:
         """Add the columns of ``fields`` the table does not have yet, as nullable columns.

@@ -208,9 +208,10 @@ class BatchHandler:
 
     def _table_options(self, schema: str, table: str) -> TableOptions:
         m = self.cfg.table_mapping_for(schema, table)
+        properties = tuple(self.cfg.table_properties_for(schema, table).items())
         if m is None:
-            return TableOptions()
-        return TableOptions(tuple(m.key) if m.key else None, tuple(m.partition_by), m.enabled)
+            return TableOptions(properties=properties)
+        return TableOptions(tuple(m.key) if m.key else None, tuple(m.partition_by), m.enabled, properties)
 
     def _kafka_partitions(self, topic: str) -> list[int]:
         return kafka_partitions(self.cfg, topic)

@@ -71,7 +71,7 @@ from ..delta.sink import (
     check_txn,
     table_arrow_schema,
 )
-from ..errors import SinkError
+from ..errors import SinkError, TicdcDeltaError
 
 __all__ = ["SparkDeltaSink", "COLUMN_MAPPING_PROPERTIES", "TYPE_WIDENING_PROPERTY", "delta_widens_in_place"]
 
@@ -128,6 +128,22 @@ def _sql_table(path: str) -> str:
 
 def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
+
+
+def _refused(exc: Exception, properties: Mapping[str, str] | None, path: str) -> Exception:
+    """``exc`` itself, or a :class:`SinkError` naming the table and Delta Lake's reason when it refused one of
+    the configured table ``properties`` (an unknown name, a bad value)."""
+    text = str(exc)
+    named = [key for key in properties or () if key.lower() in text.lower()]
+    if isinstance(exc, TicdcDeltaError) or not named:
+        return exc
+    return SinkError(f"{path}: Delta Lake refused the table properties {', '.join(named)} (sink.table_properties, "
+                     f"tables[].table_properties): {text.strip().splitlines()[0][:300]}")
+
+
+def _sql_string(value: str) -> str:
+    """``value`` as a Spark SQL string literal (backslash escapes)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _find(schema: pa.Schema, name: str) -> str | None:
@@ -345,9 +361,9 @@ class SparkDeltaSink:
     # --- schema commits ---------------------------------------------------------------------------------
 
     def ensure_table(self, ident: TableIdent, arrow_schema: pa.Schema, partition_by: Sequence[str] | None,
-                     txn: Txn) -> bool:
-        """Create the table (with column mapping ``name`` unless ``column_mapping`` is off) if it is missing;
-        ``True`` when this call created it.
+                     txn: Txn, properties: Mapping[str, str] | None = None) -> bool:
+        """Create the table (with column mapping ``name`` unless ``column_mapping`` is off, and the Delta
+        table ``properties``) if it is missing; ``True`` when this call created it.
 
         Raises:
             TypeError/ValueError: not a schema, a partition column not in it, the reserved ``_op`` column.
@@ -370,10 +386,41 @@ class SparkDeltaSink:
                    .addColumns(from_arrow_schema(arrow_schema, prefer_timestamp_ntz=True)))
         if parts:
             builder = builder.partitionedBy(*parts)
-        for key, value in (COLUMN_MAPPING_PROPERTIES if self.column_mapping else {}).items():
+        for key, value in {**(COLUMN_MAPPING_PROPERTIES if self.column_mapping else {}), **(properties or {})}.items():
             builder = builder.property(key, value)
-        self._retry(f"create {path}", builder.execute)
+        try:
+            self._retry(f"create {path}", builder.execute)
+        except Exception as exc:
+            refused = _refused(exc, properties, path)
+            if refused is exc:
+                raise
+            raise refused from exc
         return True
+
+    def table_properties(self, ident: TableIdent) -> dict[str, str] | None:
+        """See :meth:`DeltaRsSink.table_properties` (delta-rs reads the log).
+
+        Raises:
+            SinkError: the table cannot be read.
+        """
+        return self.base.table_properties(ident)
+
+    def set_table_properties(self, ident: TableIdent, properties: Mapping[str, str]) -> None:
+        """``ALTER TABLE SET TBLPROPERTIES`` (one commit).
+
+        Raises:
+            SinkError: the table is missing or Delta Lake refused them.
+            ConcurrentCommitError: other writers kept winning.
+        """
+        path = self.table_path(*ident)
+        listed = ", ".join(f"'{key}' = {_sql_string(value)}" for key, value in properties.items())
+        try:
+            self._retry(f"set properties of {path}", lambda: self._alter(path, f"SET TBLPROPERTIES ({listed})"))
+        except Exception as exc:
+            refused = _refused(exc, properties, path)
+            if refused is exc:
+                raise
+            raise refused from exc
 
     def add_columns(self, ident: TableIdent, fields: Sequence[pa.Field], txn: Txn) -> list[str]:
         """``ALTER TABLE ADD COLUMNS`` for the columns of ``fields`` the table does not have yet (nullable);
