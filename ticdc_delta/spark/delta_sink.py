@@ -73,7 +73,8 @@ from ..delta.sink import (
 )
 from ..errors import SinkError, TicdcDeltaError
 
-__all__ = ["SparkDeltaSink", "COLUMN_MAPPING_PROPERTIES", "TYPE_WIDENING_PROPERTY", "delta_widens_in_place"]
+__all__ = ["SparkDeltaSink", "COLUMN_MAPPING_PROPERTIES", "TYPE_WIDENING_PROPERTY", "delta_widens_in_place",
+           "set_tblproperties"]
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,12 @@ def _refused(exc: Exception, properties: Mapping[str, str] | None, path: str) ->
 def _sql_string(value: str) -> str:
     """``value`` as a Spark SQL string literal (backslash escapes)."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def set_tblproperties(properties: Mapping[str, str]) -> str:
+    """The ``ALTER TABLE`` clause that sets ``properties`` (names as config validates them: letters, digits,
+    ``.``, ``_``, ``-``; values quoted)."""
+    return "SET TBLPROPERTIES (" + ", ".join(f"'{key}' = {_sql_string(value)}" for key, value in properties.items()) + ")"
 
 
 def _find(schema: pa.Schema, name: str) -> str | None:
@@ -342,7 +349,7 @@ class SparkDeltaSink:
         Delta enables it by itself only when a table is created (``DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT``)."""
         if any(pa.types.is_timestamp(t) and t.tz is None for t in types) and \
                 "timestampNtz" not in (dt.protocol().writer_features or []):
-            self._alter(path, "SET TBLPROPERTIES ('delta.feature.timestampNtz' = 'supported')")
+            self._alter(path, set_tblproperties({"delta.feature.timestampNtz": "supported"}))
 
     def _unless_applied(self, what: str, ident: TableIdent, txn: Txn,
                         act: Callable[[RsTable, pa.Schema, str], bool]) -> bool:
@@ -388,13 +395,7 @@ class SparkDeltaSink:
             builder = builder.partitionedBy(*parts)
         for key, value in {**(COLUMN_MAPPING_PROPERTIES if self.column_mapping else {}), **(properties or {})}.items():
             builder = builder.property(key, value)
-        try:
-            self._retry(f"create {path}", builder.execute)
-        except Exception as exc:
-            refused = _refused(exc, properties, path)
-            if refused is exc:
-                raise
-            raise refused from exc
+        self._retry_properties(f"create {path}", path, properties, builder.execute)
         return True
 
     def table_properties(self, ident: TableIdent) -> dict[str, str] | None:
@@ -413,9 +414,19 @@ class SparkDeltaSink:
             ConcurrentCommitError: other writers kept winning.
         """
         path = self.table_path(*ident)
-        listed = ", ".join(f"'{key}' = {_sql_string(value)}" for key, value in properties.items())
+        self._retry_properties(f"set properties of {path}", path, properties,
+                               lambda: self._alter(path, set_tblproperties(properties)))
+
+    def _retry_properties(self, what: str, path: str, properties: Mapping[str, str] | None,
+                          attempt: Callable[[], Any]) -> None:
+        """:meth:`_retry` of a commit that sets table ``properties``; Delta Lake's refusal of one of them
+        becomes a :class:`SinkError` naming it (:func:`_refused`).
+
+        Raises:
+            SinkError: Delta Lake refused a property; ConcurrentCommitError: other writers kept winning.
+        """
         try:
-            self._retry(f"set properties of {path}", lambda: self._alter(path, f"SET TBLPROPERTIES ({listed})"))
+            self._retry(what, attempt)
         except Exception as exc:
             refused = _refused(exc, properties, path)
             if refused is exc:
@@ -543,7 +554,7 @@ class SparkDeltaSink:
                 return self._rewrite_now(dt, path, cast_columns(todo), txn)
             self._support_types(dt, path, todo.values())
             if dt.metadata().configuration.get(TYPE_WIDENING_PROPERTY) != "true":
-                self._alter(path, f"SET TBLPROPERTIES ('{TYPE_WIDENING_PROPERTY}' = 'true')")
+                self._alter(path, set_tblproperties({TYPE_WIDENING_PROPERTY: "true"}))
             for name, new_type in todo.items():
                 spark_type = from_arrow_type(new_type, prefer_timestamp_ntz=True).simpleString()
                 self._alter(path, f"ALTER COLUMN {_quote(name)} TYPE {spark_type}")

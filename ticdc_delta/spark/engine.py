@@ -75,7 +75,7 @@ from .columnar import (
     columnar_tables, final_counts, integer_keys, merge_source,
 )
 from .decode import LAYOUT, NAMED_SCHEMA, SPAN, few_tasks, make_decode_fn, spark_ddl
-from .delta_sink import SparkDeltaSink, _quote, _sql_table
+from .delta_sink import SparkDeltaSink, _quote, _sql_table, set_tblproperties
 from .session import cache_in_session, own_session
 
 __all__ = ["SparkEngine", "STAGING_SCHEMA", "STAGING_PROPERTIES", "MERGE_SOURCE_HOOK", "staging_path", "is_conflict"]
@@ -739,11 +739,10 @@ class SparkEngine:
         self._staging_tuned = True
         try:
             found = RsTable(self.staging, storage_options=self.cfg.sink.storage_options or None).metadata().configuration
-            missing = ", ".join(f"'{key}' = '{value}'" for key, value in STAGING_PROPERTIES.items()
-                                if found.get(key) != value)
+            missing = {key: value for key, value in STAGING_PROPERTIES.items() if found.get(key) != value}
             if missing:
                 self._retry("tune staging", lambda: spark.sql(
-                    f"ALTER TABLE {_sql_table(self.staging)} SET TBLPROPERTIES ({missing})"))
+                    f"ALTER TABLE {_sql_table(self.staging)} {set_tblproperties(missing)}"))
         except Exception as exc:  # noqa: BLE001 - the next run tries again
             log.warning("could not set the properties of the staging table %s: %s", self.staging,
                         str(exc).splitlines()[0][:200])
