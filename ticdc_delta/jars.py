@@ -25,6 +25,7 @@ __all__ = [
     "broker_classpath",
     "java_executable",
     "chooses_gc",
+    "sets_jvm_flag",
 ]
 
 #: The Maven coordinates of :func:`spark_jars`, for ``spark.jars.packages`` / ``spark-submit --packages``
@@ -96,3 +97,13 @@ def chooses_gc(*options: str, environ: Mapping[str, str] = os.environ) -> bool:
     started with options of ours must not choose one too."""
     given = [*options, environ.get("JAVA_TOOL_OPTIONS", ""), environ.get("JDK_JAVA_OPTIONS", "")]
     return any(_GC_FLAG.search(option) for option in given)
+
+
+def sets_jvm_flag(name: str, *options: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether any of ``options`` (JVM options as one string each), or the ``JAVA_TOOL_OPTIONS`` /
+    ``JDK_JAVA_OPTIONS`` of ``environ``, set HotSpot flag ``name`` (``-XX:name=...``, ``-XX:+name``,
+    ``-XX:-name``): then a JVM started with options of ours leaves it as given (the JVM reads the
+    environment's options before its command line's, and the last setting of a flag wins)."""
+    flag = re.compile(rf"-XX:[+-]?{re.escape(name)}(?![\w])")
+    given = [*options, environ.get("JAVA_TOOL_OPTIONS", ""), environ.get("JDK_JAVA_OPTIONS", "")]
+    return any(flag.search(option) for option in given)

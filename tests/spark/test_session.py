@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from ticdc_delta.jars import SPARK_PACKAGES
-from ticdc_delta.spark.session import (CODEGEN_CACHE_ENTRIES, _collector_chosen_elsewhere, _launcher_settings, jar_confs,
+from ticdc_delta.spark.session import (CODEGEN_CACHE_ENTRIES, JIT_OPTIONS, PARALLEL_GC, _collector_chosen_elsewhere,
+                                       _default_java_options, _launcher_settings, jar_confs,
                                        overridden)
 
 
@@ -104,6 +105,30 @@ def test_a_local_driver_collects_with_the_parallel_collector_unless_told_otherwi
     assert not _collector_chosen_elsewhere({}, {**none, "JAVA_TOOL_OPTIONS": "-Dfile.encoding=UTF-8"})
     args = "--driver-java-options -XX:+UseSerialGC pyspark-shell"
     assert _collector_chosen_elsewhere({}, {**none, "PYSPARK_SUBMIT_ARGS": args})
+
+
+def test_a_local_drivers_jit_inlines_less_unless_told_otherwise(spark: Any, tmp_path: Path) -> None:
+    """The shared session's JVM (local master) runs with :data:`JIT_OPTIONS`; a flag of them the JVM's
+    options set already is left to them, the collector chosen or not, and the launcher's own default options
+    replace all of the job's."""
+    vm = spark._jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        spark._jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    assert [f"-XX:{name}={vm.getVMOption(name).getValue()}" for name in ("MaxInlineLevel", "InlineSmallCode")] == list(
+        JIT_OPTIONS)
+
+    none = {"SPARK_CONF_DIR": str(tmp_path)}  # no spark-defaults.conf there
+    assert _default_java_options({}, none) == " ".join((PARALLEL_GC, *JIT_OPTIONS))
+    extra = {"spark.driver.extraJavaOptions": "-XX:+UseG1GC -XX:MaxInlineLevel=15"}
+    assert _default_java_options(extra, none) == "-XX:InlineSmallCode=1000"
+    assert _default_java_options({}, {**none, "JAVA_TOOL_OPTIONS": "-XX:InlineSmallCode=2500"}) == (
+        f"{PARALLEL_GC} -XX:MaxInlineLevel=9")
+    # a longer flag of the same beginning is another flag
+    assert _default_java_options({}, {**none, "JDK_JAVA_OPTIONS": "-XX:MaxInlineLevelX=3"}) == " ".join(
+        (PARALLEL_GC, *JIT_OPTIONS))
+    everything = "--driver-java-options '-XX:+UseSerialGC -XX:MaxInlineLevel=15 -XX:InlineSmallCode=2500' pyspark-shell"
+    assert _default_java_options({}, {**none, "PYSPARK_SUBMIT_ARGS": everything}) is None
+    (tmp_path / "spark-defaults.conf").write_text("spark.driver.defaultJavaOptions=-Xss4m\n")
+    assert _default_java_options({}, none) is None
 
 
 def test_the_launchers_settings_file_is_read_as_spark_reads_it(tmp_path: Path) -> None:

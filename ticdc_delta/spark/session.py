@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..jars import chooses_gc
+from ..jars import chooses_gc, sets_jvm_flag
 from ..locations import file_path
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["cache_in_session", "get_or_create_spark", "jar_confs", "own_session", "overridden", "submitted_confs",
            "under_spark_submit", "CACHE_IN_SESSION_CONFS", "CODEGEN_CACHE_ENTRIES", "DEFAULT_CONFS", "DELTA_CONFS",
-           "LOCAL_CONFS", "package_root"]
+           "JIT_OPTIONS", "LOCAL_CONFS", "PARALLEL_GC", "package_root"]
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,20 @@ DELTA_CONFS: dict[str, str] = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
+PARALLEL_GC = "-XX:+UseParallelGC"
+"""The driver's collector on a local master: the parallel (throughput) collector. Java 17's default G1
+ran ~100 concurrent cycles in a 1M-change run (Arrow buffers and Kafka fetches are humongous objects to
+it), its concurrent threads taking CPU from the two task threads: ~6 % fewer changes/s (measured, see
+docs/performance.md)."""
+
+JIT_OPTIONS: tuple[str, ...] = ("-XX:MaxInlineLevel=9", "-XX:InlineSmallCode=1000")
+"""HotSpot's C2 compiler options for the driver's JVM on a local master: inline less deep (9 calls, Java
+17's default is 15) and into smaller compiled methods (1,000 bytes, against 2,500). The JIT compiles Spark's,
+Delta's and the Kafka client's code for the first minutes of a job, its compiler thread taking about one of
+two cores meanwhile; a C2 compilation's cost grows with what it inlines, and Spark's deep call chains
+gain little from the deepest inlining. Measured on a fresh JVM (1M changes, alternately in fresh
+processes): ~6 % more changes/s, the warm rate unchanged (docs/performance.md)."""
+
 #: Only for ``local[...]`` masters: keep the driver on loopback (no host name lookups, nothing exposed),
 #: read Delta logs in few partitions and collect the JVM's garbage for throughput (a cluster keeps its own
 #: settings).
@@ -114,13 +128,25 @@ LOCAL_CONFS: dict[str, str] = {
     # Delta reads a table's log into this many partitions before every MERGE/write (default 50): on one
     # machine 2 halves the fixed cost of a MERGE (measured ~4.5 s -> ~2.5 s on 2 cores)
     "spark.databricks.delta.snapshotPartitions": "2",
-    # the parallel (throughput) collector for the driver's JVM, which runs the tasks too: Java 17's default
-    # G1 ran ~100 concurrent cycles in a 1M-change run (Arrow buffers and Kafka fetches are humongous
-    # objects to it), its concurrent threads taking CPU from the two task threads. Measured: ~6 % more
-    # changes/s, see docs/performance.md. Left out when the JVM's options already choose a collector
-    # (_collector_chosen_elsewhere)
-    "spark.driver.defaultJavaOptions": "-XX:+UseParallelGC",
+    # the driver's JVM, which runs the tasks too: the parallel collector and JIT_OPTIONS (see
+    # _default_java_options, which leaves out what the JVM's options already choose)
+    "spark.driver.defaultJavaOptions": " ".join((PARALLEL_GC, *JIT_OPTIONS)),
 }
+
+
+def _default_java_options(settings: Mapping[str, str], environ: Mapping[str, str]) -> str | None:
+    """``spark.driver.defaultJavaOptions`` for a local master's JVM (``None``: none of the job's): the
+    parallel collector (:data:`PARALLEL_GC`) unless the JVM's options choose a collector
+    (:func:`_collector_chosen_elsewhere`) and each of :data:`JIT_OPTIONS` whose flag they do not set; none
+    at all when the launcher's settings file sets ``spark.driver.defaultJavaOptions`` (the user's)."""
+    launcher = {} if under_spark_submit(environ) else _launcher_settings(environ)
+    if "spark.driver.defaultJavaOptions" in launcher:
+        return None
+    given = ({**launcher, **settings}.get("spark.driver.extraJavaOptions", ""), environ.get("PYSPARK_SUBMIT_ARGS", ""))
+    options = [] if _collector_chosen_elsewhere(settings, environ) else [PARALLEL_GC]
+    options += [o for o in JIT_OPTIONS if not sets_jvm_flag(o[4:].partition("=")[0], *given, environ=environ)]
+    return " ".join(options) or None
+
 
 def _collector_chosen_elsewhere(settings: Mapping[str, str], environ: Mapping[str, str]) -> bool:
     """Whether the driver's JVM options are chosen elsewhere than in the job's :data:`LOCAL_CONFS`: a
@@ -306,8 +332,12 @@ def get_or_create_spark(
             settings["spark.executorEnv.PYTHONPATH"] = python_path
         user = {k: str(v) for k, v in (confs or {}).items()}
         settings.update(user)
-        if "spark.driver.defaultJavaOptions" not in user and _collector_chosen_elsewhere(settings, os.environ):
-            settings.pop("spark.driver.defaultJavaOptions", None)  # (ours: only the collector)
+        if "spark.driver.defaultJavaOptions" in settings and "spark.driver.defaultJavaOptions" not in user:
+            ours = _default_java_options(settings, os.environ)  # (ours: the collector and JIT_OPTIONS)
+            if ours is None:
+                del settings["spark.driver.defaultJavaOptions"]
+            else:
+                settings["spark.driver.defaultJavaOptions"] = ours
         settings.update(jar_confs(user))
         settings.setdefault("spark.app.name", app_name)  # (a spark.app.name in confs wins, as before)
         submitted = submitted_confs()
