@@ -95,8 +95,7 @@ def chooses_gc(*options: str, environ: Mapping[str, str] = os.environ) -> bool:
     """Whether any of ``options`` (JVM options as one string each), or the ``JAVA_TOOL_OPTIONS`` /
     ``JDK_JAVA_OPTIONS`` of ``environ`` (which every JVM reads), choose a garbage collector: then a JVM
     started with options of ours must not choose one too."""
-    given = [*options, environ.get("JAVA_TOOL_OPTIONS", ""), environ.get("JDK_JAVA_OPTIONS", "")]
-    return any(_GC_FLAG.search(option) for option in given)
+    return any(_GC_FLAG.search(option) for option in _with_environment(options, environ))
 
 
 def sets_jvm_flag(name: str, *options: str, environ: Mapping[str, str] = os.environ) -> bool:
@@ -105,5 +104,10 @@ def sets_jvm_flag(name: str, *options: str, environ: Mapping[str, str] = os.envi
     ``-XX:-name``): then a JVM started with options of ours leaves it as given (the JVM reads the
     environment's options before its command line's, and the last setting of a flag wins)."""
     flag = re.compile(rf"-XX:[+-]?{re.escape(name)}(?![\w])")
-    given = [*options, environ.get("JAVA_TOOL_OPTIONS", ""), environ.get("JDK_JAVA_OPTIONS", "")]
-    return any(flag.search(option) for option in given)
+    return any(flag.search(option) for option in _with_environment(options, environ))
+
+
+def _with_environment(options: tuple[str, ...], environ: Mapping[str, str]) -> list[str]:
+    """``options`` and the ``JAVA_TOOL_OPTIONS`` / ``JDK_JAVA_OPTIONS`` of ``environ``: every option a JVM
+    started with ``options`` reads."""
+    return [*options, environ.get("JAVA_TOOL_OPTIONS", ""), environ.get("JDK_JAVA_OPTIONS", "")]

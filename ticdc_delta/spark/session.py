@@ -136,29 +136,35 @@ LOCAL_CONFS: dict[str, str] = {
 
 def _default_java_options(settings: Mapping[str, str], environ: Mapping[str, str]) -> str | None:
     """``spark.driver.defaultJavaOptions`` for a local master's JVM (``None``: none of the job's): the
-    parallel collector (:data:`PARALLEL_GC`) unless the JVM's options choose a collector
-    (:func:`_collector_chosen_elsewhere`) and each of :data:`JIT_OPTIONS` whose flag they do not set; none
-    at all when the launcher's settings file sets ``spark.driver.defaultJavaOptions`` (the user's)."""
-    launcher = {} if under_spark_submit(environ) else _launcher_settings(environ)
-    if "spark.driver.defaultJavaOptions" in launcher:
+    parallel collector (:data:`PARALLEL_GC`) unless the JVM's options choose a collector and each of
+    :data:`JIT_OPTIONS` whose flag they do not set (:func:`_given_java_options`); none at all when the
+    launcher's settings file sets ``spark.driver.defaultJavaOptions`` (the user's)."""
+    given = _given_java_options(settings, environ)
+    if given is None:
         return None
-    given = ({**launcher, **settings}.get("spark.driver.extraJavaOptions", ""), environ.get("PYSPARK_SUBMIT_ARGS", ""))
-    options = [] if _collector_chosen_elsewhere(settings, environ) else [PARALLEL_GC]
+    options = [] if chooses_gc(*given, environ=environ) else [PARALLEL_GC]
     options += [o for o in JIT_OPTIONS if not sets_jvm_flag(o[4:].partition("=")[0], *given, environ=environ)]
     return " ".join(options) or None
 
 
 def _collector_chosen_elsewhere(settings: Mapping[str, str], environ: Mapping[str, str]) -> bool:
     """Whether the driver's JVM options are chosen elsewhere than in the job's :data:`LOCAL_CONFS`: a
-    garbage collector in ``spark.driver.extraJavaOptions`` (of ``settings`` or of the launcher's settings
-    file, :func:`_launcher_settings`), in ``JAVA_TOOL_OPTIONS`` / ``JDK_JAVA_OPTIONS`` (which every JVM
-    reads) or in ``PYSPARK_SUBMIT_ARGS`` (``--driver-java-options``, ``--conf``), or
-    ``spark.driver.defaultJavaOptions`` in the launcher's settings file."""
+    garbage collector in the options of :func:`_given_java_options` or in ``JAVA_TOOL_OPTIONS`` /
+    ``JDK_JAVA_OPTIONS`` (which every JVM reads), or ``spark.driver.defaultJavaOptions`` in the launcher's
+    settings file."""
+    given = _given_java_options(settings, environ)
+    return given is None or chooses_gc(*given, environ=environ)
+
+
+def _given_java_options(settings: Mapping[str, str], environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """The driver JVM's options given besides the job's :data:`LOCAL_CONFS`: ``spark.driver.extraJavaOptions``
+    (of ``settings`` or of the launcher's settings file, :func:`_launcher_settings`) and ``PYSPARK_SUBMIT_ARGS``
+    (``--driver-java-options``, ``--conf``); ``None`` when the launcher's settings file sets
+    ``spark.driver.defaultJavaOptions`` (then the default options are the user's)."""
     launcher = {} if under_spark_submit(environ) else _launcher_settings(environ)
     if "spark.driver.defaultJavaOptions" in launcher:
-        return True
-    return chooses_gc({**launcher, **settings}.get("spark.driver.extraJavaOptions", ""),
-                      environ.get("PYSPARK_SUBMIT_ARGS", ""), environ=environ)
+        return None
+    return ({**launcher, **settings}.get("spark.driver.extraJavaOptions", ""), environ.get("PYSPARK_SUBMIT_ARGS", ""))
 
 
 def _read_properties(path: Path) -> dict[str, str]:
