@@ -12,9 +12,14 @@ from typing import Any
 import pytest
 
 from ticdc_delta.jars import SPARK_PACKAGES
-from ticdc_delta.spark.session import (CODEGEN_CACHE_ENTRIES, JIT_OPTIONS, PARALLEL_GC, _collector_chosen_elsewhere,
-                                       _default_java_options, _launcher_settings, jar_confs,
-                                       overridden)
+from ticdc_delta.spark.session import (CODEGEN_CACHE_ENTRIES, JIT_OPTIONS, PARALLEL_GC, _default_java_options,
+                                       _launcher_settings, jar_confs, overridden)
+
+
+def _collector_chosen_elsewhere(settings: dict[str, str], environ: dict[str, str]) -> bool:
+    """Whether the job's default Java options leave the collector out (the JVM's options choose one, or
+    the launcher's settings file sets the default options)."""
+    return PARALLEL_GC not in (_default_java_options(settings, environ) or "").split()
 
 
 def test_fetched_jars_go_on_spark_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

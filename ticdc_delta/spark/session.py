@@ -147,15 +147,6 @@ def _default_java_options(settings: Mapping[str, str], environ: Mapping[str, str
     return " ".join(options) or None
 
 
-def _collector_chosen_elsewhere(settings: Mapping[str, str], environ: Mapping[str, str]) -> bool:
-    """Whether the driver's JVM options are chosen elsewhere than in the job's :data:`LOCAL_CONFS`: a
-    garbage collector in the options of :func:`_given_java_options` or in ``JAVA_TOOL_OPTIONS`` /
-    ``JDK_JAVA_OPTIONS`` (which every JVM reads), or ``spark.driver.defaultJavaOptions`` in the launcher's
-    settings file."""
-    given = _given_java_options(settings, environ)
-    return given is None or chooses_gc(*given, environ=environ)
-
-
 def _given_java_options(settings: Mapping[str, str], environ: Mapping[str, str]) -> tuple[str, str] | None:
     """The driver JVM's options given besides the job's :data:`LOCAL_CONFS`: ``spark.driver.extraJavaOptions``
     (of ``settings`` or of the launcher's settings file, :func:`_launcher_settings`) and ``PYSPARK_SUBMIT_ARGS``
