@@ -105,6 +105,14 @@ class ApplyResult:
     ddl_ignored: int = 0
     commit_ts: dict[str, int] = field(default_factory=dict)
 
+    def count(self, name: str, rows: int, deleted: int, last_ts: int | None) -> None:
+        """Add a table's (``schema.table``) ``rows`` merged, of them ``deleted``, and the largest commit ts
+        among them (``None``: none known)."""
+        self.rows[name] = self.rows.get(name, 0) + rows
+        self.deleted[name] = self.deleted.get(name, 0) + deleted
+        if last_ts is not None:
+            self.commit_ts[name] = max(self.commit_ts.get(name, 0), last_ts)
+
 
 @dataclass
 class TableOptions:
@@ -234,26 +242,13 @@ class DeltaApplier:
         Raises:
             SinkError, ConcurrentCommitError: from the sink; DDLPolicyError from the DDL handler.
         """
-        self._steps = {}
-        result = ApplyResult()
-        # a re-run of a batch that got past a table-level DDL resumes before it (see .ddl_journal)
-        resume = self.resume(batch_id, [s for s in steps if isinstance(s, DDLRecord)])
-        skip = -1
-        if resume is not None:
-            skip, result = resume
+        skip, result = self.begin(batch_id, [s for s in steps if isinstance(s, DDLRecord)])
         ordinal = -1  # the DDL steps seen so far, less one
         for step in steps:
             if isinstance(step, DDLRecord):
                 ordinal += 1
-                if ordinal < skip:
-                    continue
-                if ordinal != skip:
-                    self.journal_before(step, ordinal, batch_id, result)
-                changed = self._ddl_handler(step, self, batch_id) if self._ddl_handler else False
-                if changed:
-                    result.ddl_applied += 1
-                else:
-                    result.ddl_ignored += 1
+                if ordinal >= skip:
+                    self.apply_ddl(step, ordinal, skip, batch_id, result)
                 continue
             if ordinal < skip:
                 continue  # rows before the DDL the batch resumes at: committed by the first attempt
@@ -262,12 +257,35 @@ class DeltaApplier:
                 if not opts.enabled:
                     continue
                 n_up, n_del, last_ts = self._apply_table(TableIdent(schema, table), changes, opts, batch_id)
-                name = f"{schema}.{table}"
-                result.rows[name] = result.rows.get(name, 0) + n_up + n_del
-                result.deleted[name] = result.deleted.get(name, 0) + n_del
-                if last_ts is not None:
-                    result.commit_ts[name] = max(result.commit_ts.get(name, 0), last_ts)
+                result.count(f"{schema}.{table}", n_up + n_del, n_del, last_ts)
         return result
+
+    def begin(self, batch_id: int, ddls: Sequence[DDLRecord]) -> tuple[int, ApplyResult]:
+        """Start applying ``batch_id`` (either engine), given its DDL in apply order: the ordinal of the DDL
+        a re-run of the batch resumes at (:meth:`resume`; -1: from the start) and the counts until then.
+
+        Raises:
+            SinkError: from :meth:`resume`.
+        """
+        self._steps = {}
+        # a re-run of a batch that got past a table-level DDL resumes before it (see .ddl_journal)
+        resume = self.resume(batch_id, ddls)
+        return resume if resume is not None else (-1, ApplyResult())
+
+    def apply_ddl(self, ddl: DDLRecord, ordinal: int, skip: int, batch_id: int, result: ApplyResult) -> None:
+        """Run the batch's DDL number ``ordinal`` through the DDL handler and count it in ``result``; journaled
+        first (:meth:`journal_before`) unless it is the one the batch resumes at (``skip``), whose entry
+        is there already.
+
+        Raises:
+            SinkError, ConcurrentCommitError, DDLPolicyError: from the DDL handler and the journal.
+        """
+        if ordinal != skip:
+            self.journal_before(ddl, ordinal, batch_id, result)
+        if self._ddl_handler is not None and self._ddl_handler(ddl, self, batch_id):
+            result.ddl_applied += 1
+        else:
+            result.ddl_ignored += 1
 
     def _field(self, ident: TableIdent, name: str, type_code: int, flags: int) -> pa.Field:
         return arrow_field_for(name, type_code, flags, self.catalog.params(ident.schema, ident.table, name))

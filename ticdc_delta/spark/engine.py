@@ -1275,13 +1275,7 @@ class SparkEngine:
             source_timezone=self.cfg.sink.source_timezone, ddl_handler=h._ddl_handler,
             case_sensitive=self.cfg.case_sensitive, journal=h.journal,
         )
-        applier._steps = {}
-        result = ApplyResult()
-        # a re-run of a batch that got past a table-level DDL resumes before it (see delta.ddl_journal)
-        resume = applier.resume(batch_id, ddl_steps)
-        skip = -1
-        if resume is not None:
-            skip, result = resume
+        skip, result = applier.begin(batch_id, ddl_steps)
         merged = [False]
         for seg in range(len(ddl_steps) + 1):
             if seg < skip:
@@ -1293,22 +1287,11 @@ class SparkEngine:
                 task = self._prepare(applier, schema, table, meta, seg, batch_id)
                 if task is not None:
                     tasks.append(task)
-                    name = f"{schema}.{table}"
-                    result.rows[name] = result.rows.get(name, 0) + meta["rows"]
-                    result.deleted[name] = result.deleted.get(name, 0) + meta["deleted"]
-                    if meta["last_ts"] is not None:
-                        result.commit_ts[name] = max(result.commit_ts.get(name, 0), meta["last_ts"])
+                    result.count(f"{schema}.{table}", meta["rows"], meta["deleted"], meta["last_ts"])
             if tasks:
                 self._merge_all(spark, view, tasks, merged, batch_id)
             if seg < len(ddl_steps):
-                step = ddl_steps[seg]
-                if seg != skip:
-                    applier.journal_before(step, seg, batch_id, result)
-                changed = h._ddl_handler(step, applier, batch_id) if h._ddl_handler else False
-                if changed:
-                    result.ddl_applied += 1
-                else:
-                    result.ddl_ignored += 1
+                applier.apply_ddl(ddl_steps[seg], seg, skip, batch_id, result)
         return result, applier
 
     def _prepare(self, applier: DeltaApplier, schema: str, table: str, meta: dict, seg: int,
