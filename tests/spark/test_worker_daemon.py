@@ -1,7 +1,9 @@
-"""The worker daemon's zip-directory cache: unchanged archives are not re-read at every Python task."""
+"""The worker daemon: unchanged zip archives are not re-read at every Python task, deltalake is never loaded, and
+what it loaded is frozen before it forks workers."""
 
 from __future__ import annotations
 
+import json
 import os
 import zipfile
 import zipimport
@@ -90,3 +92,24 @@ def test_the_daemon_does_not_load_deltalake() -> None:
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'deltalake'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_daemon_freezes_what_it_loaded_before_it_forks_workers() -> None:
+    """pyspark's daemon runs ``gc.collect()`` in a reused worker after every task: the objects the daemon
+    loaded (pyarrow, pandas, pyspark, the codecs) are frozen before it starts, so those collections walk
+    only what the worker's tasks made (the daemon itself is stopped right where it would start)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import ticdc_delta.spark.worker_daemon as daemon
+
+    code = ("import gc, json, runpy, sys; sys.argv = ['daemon']; "
+            "runpy.run_module = lambda *a, **k: print(json.dumps([gc.get_freeze_count(), len(gc.get_objects()), "
+            "'pyspark.worker' in sys.modules])); "
+            f"runpy.run_path({str(Path(daemon.__file__))!r}, run_name='__main__')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    frozen, walked, worker_loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert worker_loaded
+    assert frozen > 50_000  # (~110,000 here)
+    assert walked < frozen / 20
