@@ -97,7 +97,8 @@ def test_the_daemon_does_not_load_deltalake() -> None:
 def test_the_daemon_freezes_what_it_loaded_before_it_forks_workers() -> None:
     """pyspark's daemon runs ``gc.collect()`` in a reused worker after every task: the objects the daemon
     loaded (pyarrow, pandas, pyspark, the codecs) are frozen before it starts, so those collections walk
-    only what the worker's tasks made (the daemon itself is stopped right where it would start)."""
+    only what the worker's tasks made (the daemon itself is stopped right where it would start); pyspark's
+daemon module is left for runpy to run."""
     import subprocess
     import sys
     from pathlib import Path
@@ -106,10 +107,11 @@ def test_the_daemon_freezes_what_it_loaded_before_it_forks_workers() -> None:
 
     code = ("import gc, json, runpy, sys; sys.argv = ['daemon']; "
             "runpy.run_module = lambda *a, **k: print(json.dumps([gc.get_freeze_count(), len(gc.get_objects()), "
-            "'pyspark.worker' in sys.modules])); "
+            "'pyspark.worker' in sys.modules, 'pyspark.daemon' in sys.modules])); "
             f"runpy.run_path({str(Path(daemon.__file__))!r}, run_name='__main__')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    frozen, walked, worker_loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    frozen, walked, worker_loaded, daemon_imported = json.loads(out.stdout.strip().splitlines()[-1])
     assert worker_loaded
+    assert not daemon_imported  # runpy runs it as __main__, and warns when it was imported before
     assert frozen > 50_000  # (~110,000 here)
     assert walked < frozen / 20

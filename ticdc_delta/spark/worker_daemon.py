@@ -32,8 +32,9 @@ import confluent_kafka  # noqa: F401 - preloaded for the forked workers
 import orjson  # noqa: F401
 import pandas  # noqa: F401 - pyspark's Arrow UDF serializers import it in every new worker
 import pyarrow  # noqa: F401
-import pyspark.daemon  # noqa: F401 - loaded before gc.freeze() (see __main__), as is what it imports
 import pyspark.sql.pandas.serializers  # noqa: F401
+# what pyspark.daemon imports, loaded before gc.freeze() (see __main__); not pyspark.daemon itself, which
+# runpy runs as __main__ below (it warns when the module was imported already)
 import pyspark.worker  # noqa: F401
 
 import ticdc_delta.codec.avro  # noqa: F401
