@@ -249,6 +249,24 @@ def test_framing_errors_carry_coordinates() -> None:
         decode(key, frame_value(b'{"u":{"c":{"t":252,"f":1,"v":"!!"}}}'))
 
 
+@pytest.mark.parametrize("kind", [b"true", b"1.0", b"3.0", b'"1"', b"null"])
+def test_event_type_must_be_an_integer(kind: bytes) -> None:
+    """``true == 1`` and ``3.0 == 3`` in Python; TiCDC's key always holds an integer "t"."""
+    key = frame_key(b'{"ts":5,"scm":"s","tbl":"t","t":' + kind + b"}")
+    with pytest.raises(DecodeError, match=r'tidb-cdc\[1\]@42: .*event key 0 has no integer event type "t"'):
+        decode(key, frame_value(b'{"u":{"id":{"t":3,"f":11,"v":7}}}'))
+    with pytest.raises(FramingError, match="key holds 1 events but value holds 0 entries"):
+        decode(key, b"")  # (not a resolved event's key: a message of those alone may come without a value)
+
+
+@pytest.mark.parametrize("entry", [b"[1]", b"null", b'"x"', b"7"])
+def test_a_key_entry_that_is_no_object_with_no_value_is_a_framing_error(entry: bytes) -> None:
+    with pytest.raises(FramingError, match=r"tidb-cdc\[1\]@42: .*key holds 1 events but value holds 0 entries"):
+        decode(frame_key(entry), b"")
+    with pytest.raises(FramingError, match="key holds 2 events"):
+        decode(frame_key(b'{"ts":5,"t":3}', entry), None)
+
+
 def _valid_message() -> tuple[bytes, bytes]:
     (m,) = encoder_for("open-protocol", {"max-batch-size": "8"}).encode(cases.ROW_EVENTS)
     return m.key or b"", m.value or b""
@@ -507,6 +525,23 @@ def test_handle_key_only_delete_is_a_delete_by_key() -> None:
     key = frame_key(b'{"ts":9,"scm":"s","tbl":"t","t":1,"ohk":true}')
     (event,) = decode(key, frame_value(b'{"d":{"id":{"t":3,"h":true,"f":11,"v":7}}}'))
     assert event.op == "delete" and event.old_values() == {"id": 7}
+
+
+def test_handle_key_only_entry_with_u_and_d_is_a_delete_by_key_not_an_upstream_read() -> None:
+    """A row value with "d" is a delete whatever else it holds (the decoder reads it so); a handle-key-only
+    one is deleted by its key, never completed from the upstream as if it were an insert."""
+
+    class Upstream:  # (stands for the upstream TiDB: only whether it is asked matters here)
+        def fetch(self, schema: str, table: str, key: Any, commit_ts: int, protocol: str) -> Any:
+            raise LookupError(f"asked for {schema}.{table} {key} at {commit_ts}")
+
+    decoder = open_protocol_module.OpenProtocolDecoder(upstream=Upstream())
+    key = frame_key(b'{"ts":9,"scm":"s","tbl":"t","t":1,"ohk":true}')
+    column = b'{"t":3,"h":true,"f":11,"v":7}'
+    (event,) = decoder.decode(key, frame_value(b'{"u":{"id":' + column + b'},"d":{"id":' + column + b"}}"), CTX)
+    assert event.op == "delete" and event.old_values() == {"id": 7}
+    with pytest.raises(LookupError, match=r"asked for s\.t \[\('id', 7\)\] at 9"):  # an insert: completed
+        decoder.decode(key, frame_value(b'{"u":{"id":' + column + b"}}"), CTX)
 
 
 def test_handle_key_only_row_in_a_batch_refuses_the_message() -> None:

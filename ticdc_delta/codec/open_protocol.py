@@ -550,7 +550,7 @@ class OpenProtocolDecoder:
                 return fast
         if len(values) != len(keys):
             # A message of resolved events only may come with no value at all (seed 003's log).
-            if values or not keys or any(_json(k, "event key").get("t") != _KIND_RESOLVED for k in keys):
+            if values or not keys or not all(_is_resolved_key(_json(k, "event key")) for k in keys):
                 raise FramingError(
                     PROTOCOL, f"key holds {len(keys)} events but value holds {len(values)} entries"
                 )
@@ -632,6 +632,8 @@ class OpenProtocolDecoder:
         if type(ts) is not int or not 0 <= ts < 1 << 64:
             raise _Bad(f"event key {i} has no valid commit ts \"ts\": {preview(ts)}")
         kind = k.get("t")
+        if type(kind) is not int:  # (true == 1 and 3.0 == 3 in Python: TiCDC writes an integer)
+            raise _Bad(f"event key {i} has no integer event type \"t\": {preview(kind)}")
         if kind == _KIND_RESOLVED:
             return ResolvedEvent(ts, ctx)
         schema, table = k.get("scm", ""), k.get("tbl", "")
@@ -781,13 +783,19 @@ def _full_old_image(new: dict[str, Any], old: Any, i: int) -> Any:
     return {name: old.get(name, column) for name, column in new.items()}
 
 
+def _is_resolved_key(k: Any) -> bool:
+    """Whether a parsed event key is a resolved event's (a JSON object with an integer ``"t"`` of 3)."""
+    return type(k) is dict and type(k.get("t")) is int and k["t"] == _KIND_RESOLVED
+
+
 def _is_delete_value(v: bytes) -> bool:
-    """Whether a row value is a delete (``{"d": ...}`` without ``"u"``); False for anything unreadable."""
+    """Whether a row value is a delete (``{"d": ...}``, as :meth:`OpenProtocolDecoder._event` reads it);
+    False for anything unreadable."""
     try:
         body = orjson.loads(v)
     except orjson.JSONDecodeError:
         return False
-    return type(body) is dict and "d" in body and "u" not in body
+    return type(body) is dict and "d" in body
 
 
 # --------------------------------------------------------------------------------------------------
