@@ -642,8 +642,19 @@ DECODE_ERRORS: list[tuple[str, bytes | None, dict[str, str], type[DecodeError], 
     ("old row not object", orjson.dumps({**UPDATE_MSG, "old": [1]}), {}, DecodeError, r"old\[0\] must be an object"),
     ("old extra column", orjson.dumps({**UPDATE_MSG, "old": [{"zz": "1"}]}), {}, DecodeError,
      r"old\[0\] has columns that data\[0\] lacks: \['zz'\]"),
-    ("old column not in data", orjson.dumps({**UPDATE_MSG, "data": [{"id": "2"}], "old": [{"c_int": "1"}]}), {},
-     DecodeError, r"old\[0\] has columns that data\[0\] lacks: \['c_int'\]"),
+    ("old column not in data", orjson.dumps({**UPDATE_MSG, "old": [{"zz": "1"}]}), {},
+     DecodeError, r"old\[0\] has columns that data\[0\] lacks: \['zz'\]"),
+    # TiCDC (and Canal) write data, mysqlType and sqlType from the same columns: a new image without one
+    # would write NULL over its value; a row without its key has nothing to be applied by
+    ("insert lacks a column", with_data({}, data=[{"id": "2", "c_int": "1"}]), {}, DecodeError,
+     r"data\[0\] lacks columns mysqlType declares: \['c_bigint', 'c_mediumint', 'c_smallint', 'c_tinyint'\]"),
+    ("update lacks a column", orjson.dumps({**UPDATE_MSG, "data": [{k: v for k, v in UPDATE_MSG["data"][0].items()
+                                                                    if k != "c_int"}], "old": None}), {},
+     DecodeError, r"data\[0\] lacks columns mysqlType declares: \['c_int'\]"),
+    ("insert lacks its key", with_data({}, data=[{k: v for k, v in seed_insert()["data"][0].items() if k != "id"}]),
+     {}, DecodeError, r"data\[0\] lacks its key columns \(pkNames\): \['id'\]"),
+    ("delete lacks its key", with_data({}, type="DELETE", data=[{"c_int": "1"}]), {}, DecodeError,
+     r"data\[0\] lacks its key columns \(pkNames\): \['id'\]"),
     ("old bad value", orjson.dumps({**UPDATE_MSG, "old": [{"c_int": "x"}]}), {}, DecodeError,
      r"old\[0\] column 'c_int' must be an integer"),
     ("missing _tidb", with_changes(_tidb=...), EXT, DecodeError, "enable-tidb-extension is true but"),
@@ -717,6 +728,15 @@ def test_layout_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         (event,) = decoder.decode(None, orjson.dumps(msg), CTX)
         assert event.columns == (Column("id", T.INT, KEY, 1), Column(f"c{i}", T.INT, F.NONE, 2))
         assert len(decoder._layouts) <= 3
+
+
+def test_delete_of_key_columns_only_is_a_delete_by_key() -> None:
+    """A deleted row needs only its key (TiCDC's delete-only-output-handle-key-columns writes just those;
+    should mysqlType still declare the others, the delete is the same)."""
+    msg = orjson.loads(golden("seed_delete.json"))
+    msg["data"] = [{"id": "2"}]
+    for events in (decode(orjson.dumps(msg), {}), decode(bytearray(orjson.dumps(msg)), {})):  # (both paths)
+        assert [(e.op, e.old_values(), e.key_columns()) for e in events] == [(Op.DELETE, {"id": 2}, ("id",))]
 
 
 def test_handle_key_only_delete_is_a_key_only_delete() -> None:

@@ -460,64 +460,78 @@ def _generic_builder(specs: Sequence[_Spec]) -> _Builder:
     return build
 
 
-# A column order's image layout, the builder of checked rows and the builder of trusted rows.
-_Entry = tuple[ImageLayout, _Builder, _Builder]
+# A column order's image layout, the builder of checked rows, the builder of trusted rows, and whether the
+# order holds every column mysqlType declares.
+_Entry = tuple[ImageLayout, _Builder, _Builder, bool]
 
 
 class _Layout:
     """The columns of one (mysqlType, pkNames): specs by name, and by column order the image layout
     (names, types, flags, shared by every event) and the functions building a row's values."""
 
-    __slots__ = ("specs", "_builders", "_last_order", "_last_entry")
+    __slots__ = ("specs", "_keys", "_builders", "_last_order", "_last_entry")
 
     def __init__(self, specs: dict[str, _Spec]) -> None:
         self.specs = specs
+        self._keys = frozenset(name for name, spec in specs.items() if int(spec[2]) & _KEY_FLAGS)
         self._builders: dict[tuple[Any, ...], _Entry] = {}
         # the previous row's column order: comparing two tuples of the same strings beats hashing one
         self._last_order: tuple[Any, ...] | None = None
         self._last_entry: _Entry | None = None
 
-    def image(self, row: dict[str, Any]) -> Image:
+    def image(self, row: dict[str, Any], *, whole: bool = True) -> Image:
         """The Image of one row image, in the row's order (the hot path: no checks beyond what the
         lookups and converters raise -- KeyError, TypeError, ValueError, AttributeError; :meth:`explain`
-        says what was wrong)."""
+        says what was wrong). ``whole``: the row must hold every column mysqlType declares (a new image:
+        a column left out would be written as NULL); a deleted row needs only its key columns (TiCDC's
+        ``delete-only-output-handle-key-columns``)."""
         order = tuple(row)
         entry = self._last_entry if order == self._last_order else self._entry(order)
+        if whole and not entry[3]:
+            raise ValueError("a declared column is missing")
         return Image(entry[0], entry[1](row))  # type: ignore[index]
 
-    def trusted_image(self, row: dict[str, str | None]) -> Image:
+    def trusted_image(self, row: dict[str, str | None], *, whole: bool = True) -> Image:
         """:meth:`image` of a row whose values are known to be strings or null."""
         order = tuple(row)
         entry = self._last_entry if order == self._last_order else self._entry(order)
+        if whole and not entry[3]:
+            raise ValueError("a declared column is missing")
         return Image(entry[0], entry[2](row))  # type: ignore[index]
 
     def _entry(self, order: tuple[Any, ...]) -> _Entry:
         """The layout and values builders for a column order (cached up to :data:`_MAX_ORDERS`).
 
+        TiCDC and Canal write ``data``, ``mysqlType`` and ``sqlType`` from the same columns: an order
+        without one of them is only good for a deleted row's image (the entry says whether it is whole).
+
         Raises:
             KeyError: a column without a mysqlType.
-            ValueError: an empty row.
+            ValueError: an empty row, or one without a key column (pkNames).
         """
         entry = self._builders.get(order)
         if entry is None:
             if not order:
                 raise ValueError("empty row")
             specs = [self.specs[name] for name in order]
+            if not self._keys.issubset(order):
+                raise ValueError("a key column is missing")
+            whole = len(order) == len(self.specs)
             names = tuple(s[0] for s in specs)
             layout = ImageLayout(names, [s[1] for s in specs], [s[2] for s in specs])
             if len(self._builders) >= _MAX_ORDERS:
                 # more column orders than any real producer writes: decode them without caching anything
                 generic = _generic_builder(specs)
-                return layout, generic, generic
+                return layout, generic, generic, whole
             if len(order) > _MAX_GENERATED_COLUMNS:
-                entry = (layout, _generic_builder(specs), _generic_builder(specs))
+                entry = (layout, _generic_builder(specs), _generic_builder(specs), whole)
             else:
-                entry = (layout, _compile_builder(specs), _compile_builder(specs, checked=False))
+                entry = (layout, _compile_builder(specs), _compile_builder(specs, checked=False), whole)
             self._builders[order] = entry
         self._last_order, self._last_entry = order, entry
         return entry
 
-    def explain(self, row: Any, where: str) -> str | None:
+    def explain(self, row: Any, where: str, *, whole: bool = True) -> str | None:
         """Why :meth:`image` fails on ``row`` (``where`` is e.g. ``data[0]``), or None if it does not."""
         if not isinstance(row, dict):
             return f"{where} must be an object, got {_type_name(row)}"
@@ -541,6 +555,12 @@ class _Layout:
                     return f"{where} column {preview(name)} is binary but has a character above U+00FF"
                 kind = _KIND_NAMES.get(conv, "a value")
                 return f"{where} column {preview(name)} must be {kind}, got {preview(v)}"
+        keys = [name for name in self.specs if name in self._keys and name not in row]
+        if keys:
+            return f"{where} lacks its key columns (pkNames): {preview(keys)}"
+        missing = [name for name in self.specs if name not in row]
+        if missing and whole:
+            return f"{where} lacks columns mysqlType declares: {preview(missing)}"
         return None
 
 
@@ -872,13 +892,16 @@ class CanalJsonDecoder:
             entry = layout._last_entry if order == layout._last_order else layout._entry(order)
             image = Image(entry[0], entry[2](row))  # type: ignore[index]
             if op == _INSERT:
+                if not entry[3]:
+                    return None  # a declared column is missing: the orjson path says which
                 return [_new(RowChange, (commit_ts, schema, table, op, image, None, ctx))]
             return [_new(RowChange, (commit_ts, schema, table, op, None, image, ctx))]
         image_of = layout.trusted_image
         if op == _INSERT:
             return [_new(RowChange, (commit_ts, schema, table, op, image_of(row), None, ctx)) for row in data]
         if op == Op.DELETE:
-            return [_new(RowChange, (commit_ts, schema, table, op, None, image_of(row), ctx)) for row in data]
+            return [_new(RowChange, (commit_ts, schema, table, op, None, image_of(row, whole=False), ctx))
+                    for row in data]
         old = msg.old
         if old is None:
             return [_new(RowChange, (commit_ts, schema, table, op, image_of(row), None, ctx)) for row in data]
@@ -968,7 +991,8 @@ class CanalJsonDecoder:
                 return [_new(RowChange, (commit_ts, schema, table, op, image(row), None, ctx)) for row in data]
             if op == Op.DELETE:
                 # The deleted row is in data; old is null (or, before v5.4, the same row again: ignored).
-                return [_new(RowChange, (commit_ts, schema, table, op, None, image(row), ctx)) for row in data]
+                return [_new(RowChange, (commit_ts, schema, table, op, None, image(row, whole=False), ctx))
+                        for row in data]
             if old is None:
                 # No previous image (not written by TiCDC, which always sends old with an UPDATE).
                 return [_new(RowChange, (commit_ts, schema, table, op, image(row), None, ctx)) for row in data]
@@ -982,7 +1006,7 @@ class CanalJsonDecoder:
                 out.append(_new(RowChange, (commit_ts, schema, table, op, image(row), image(merged), ctx)))
             return out
         except (KeyError, TypeError, ValueError, AttributeError):
-            raise _error(ctx, _explain_rows(layout, data, old)) from None
+            raise _error(ctx, _explain_rows(layout, data, old, whole=op != Op.DELETE)) from None
 
 
 def _upstream_row_of(upstream: UpstreamLookup, event: Any, ctx: DecodeContext) -> Any:
@@ -1046,10 +1070,10 @@ def _build_layout(types: dict[str, str], pk: list[str] | tuple[()], ctx: DecodeC
     return _Layout(specs)
 
 
-def _explain_rows(layout: _Layout, data: list[Any], old: list[Any] | None) -> str:
-    """What is wrong with the rows that :meth:`_Layout.image` refused."""
+def _explain_rows(layout: _Layout, data: list[Any], old: list[Any] | None, *, whole: bool = True) -> str:
+    """What is wrong with the rows that :meth:`_Layout.image` refused (``whole``: as new images)."""
     for i, row in enumerate(data):
-        reason = layout.explain(row, f"data[{i}]")
+        reason = layout.explain(row, f"data[{i}]", whole=whole)
         if reason:
             return reason
         if old is not None:
