@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import struct
 import pickle
 import re
 from pathlib import Path
@@ -415,6 +416,21 @@ def test_bad_values_are_decode_errors(field: dict[str, Any], body: bytes, reason
     decoder = AvroDecoder({}, schemas=AvroSchemas({5: record_schema([field])}))
     with pytest.raises(DecodeError, match=reason):
         decoder.decode(None, frame(5, body), CTX)
+
+
+def test_not_null_float_columns_with_whole_number_defaults() -> None:
+    """TiCDC writes a NOT NULL column's default into its field; for ``DOUBLE NOT NULL DEFAULT 0`` Go prints
+    the float64 as ``0``, which fastavro refuses as a double's default. Decoding reads with the writer's
+    schema alone, where defaults play no part: every row of such a table decodes."""
+    fields = [column_field("id", "BIGINT", "long"),
+              {"default": 0, **column_field("price", "DOUBLE", "double")},
+              {"default": 1, **column_field("w", "FLOAT", "float")},
+              {"default": -1, **column_field("n", "INT", "int")}]
+    decoder = AvroDecoder({}, schemas=AvroSchemas({5: record_schema(fields)}))
+    body = b"\x02" + struct.pack("<d", 9.5) + struct.pack("<f", 2.0) + b"\x0e"  # id 1, 9.5, 2.0, n 7
+    for _ in range(2):  # (a schema refused once stays refused: the second message too)
+        (event,) = decoder.decode(None, frame(5, body), CTX)
+        assert event.new_values() == {"id": 1, "price": 9.5, "w": 2.0, "n": 7}
 
 
 def test_bad_tidb_op() -> None:

@@ -147,13 +147,19 @@ def _sanitize_topic(topic: str) -> str:
     return topic.replace(".", "_")
 
 
-def _strip_logical_types(node: Any) -> Any:
-    """A copy of a schema without ``logicalType``: the same binary, but fastavro reads and writes the
-    raw bytes of a decimal, which we format exactly (fastavro would round through a decimal context)."""
+def _plain_schema(node: Any) -> Any:
+    """A copy of a schema without ``logicalType`` and ``default``: the same binary, read and written with
+    this one schema (no reader schema to resolve against, where alone defaults count).
+
+    Without ``logicalType`` fastavro reads and writes the raw bytes of a decimal, which we format exactly
+    (fastavro would round through a decimal context). Without ``default``: fastavro refuses a whole-number
+    default for a plain ``float``/``double`` field ("Default value <0> must match schema type: double"),
+    which is what TiCDC writes for a ``DOUBLE NOT NULL DEFAULT 0`` column (Go prints the float64 0 as
+    ``0``), and every row of such a table would be undecodable."""
     if isinstance(node, dict):
-        return {k: _strip_logical_types(v) for k, v in node.items() if k != "logicalType"}
+        return {k: _plain_schema(v) for k, v in node.items() if k not in ("logicalType", "default")}
     if isinstance(node, list):
-        return [_strip_logical_types(v) for v in node]
+        return [_plain_schema(v) for v in node]
     return node
 
 
@@ -568,7 +574,7 @@ class _Plan:
         wire: tuple[tuple[str, str, int | None], ...] | None = None,
     ) -> None:
         self.schema_id = schema_id
-        self.parsed = parsed  # fastavro's parsed schema, logical types stripped
+        self.parsed = parsed  # fastavro's parsed schema, logical types and defaults stripped (_plain_schema)
         self.schema = schema
         self.table = table
         self.specs = specs
@@ -682,7 +688,7 @@ def _compile(schema_id: int, text: str) -> _Plan:
         if types.get(_OP) != "string" or types.get(_COMMIT_TS) != "long":
             raise _Bad(f"expected {_OP} (string) and {_COMMIT_TS} (long) together")
     try:
-        parsed = parse_schema(_strip_logical_types(doc))
+        parsed = parse_schema(_plain_schema(doc))
     except Exception as exc:  # noqa: BLE001 - fastavro's SchemaParseException and friends
         raise _Bad(f"fastavro cannot parse it ({_bad_exc(exc)})") from exc
     return _Plan(schema_id, parsed, schema, table, tuple(specs), extension, _wire_fields(doc["fields"]))
@@ -1835,7 +1841,7 @@ class AvroEncoder:
             ]
         schema_json = json.dumps(top, separators=(",", ":"), ensure_ascii=False)
         try:
-            parsed = parse_schema(_strip_logical_types(top))
+            parsed = parse_schema(_plain_schema(top))
         except Exception as exc:  # noqa: BLE001
             raise EncodeError(f"avro: the {part} schema of {where} is not valid Avro: {_bad_exc(exc)}") from exc
         sid = self.schemas.register(f"{self._subject}-{part}", schema_json)
