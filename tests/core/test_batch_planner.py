@@ -62,6 +62,20 @@ def test_replays_below_the_partition_watermark_are_dropped_at_their_position() -
     assert final(p.steps[0]) == {(1,): (DELETE, {"id": 1})}
 
 
+def test_a_replay_at_the_partition_watermark_is_dropped_too() -> None:
+    """A resolved ts R promises every event with commit ts ≤ R (seed 004). A TiCDC restarted from a
+    checkpoint below R sends the transaction at R again; applied again, a batch cut inside it would commit
+    half of it (here: both deletes of a key-shifting UPDATE without its inserts)."""
+    txn = [row(106, 0, 0, "delete", old={"id": 2}), row(106, 0, 1, "delete", old={"id": 3}),
+           row(106, 0, 2, "insert", {"id": 3, "v": "a"}), row(106, 0, 3, "insert", {"id": 4, "v": "b"})]
+    first = plan(ConsumerState(), txn, [rm(0, 4, 106), rm(1, 0, 106)])
+    assert final(first.steps[0]) == {(2,): (DELETE, {"id": 2}), (3,): (UPSERT, {"id": 3, "v": "a"}),
+                                     (4,): (UPSERT, {"id": 4, "v": "b"})}
+    resent = [r._replace(offset=r.offset + 5) for r in txn[:2]]  # the batch ends inside the copy
+    again = plan(first.state, resent, [])
+    assert again.steps == [] and again.replays_dropped == 2 and list(again.state.held) == []
+
+
 def test_exact_duplicates_change_nothing() -> None:
     ins = row(10, 0, 0, "insert", {"id": 1, "v": "a"})
     p = plan(ConsumerState(), [ins, ins._replace(offset=1)], [rm(0, 2, 10), rm(1, 0, 10)])
@@ -96,12 +110,16 @@ def test_ddl_applies_between_older_and_newer_rows_once() -> None:
     assert set(final(p.steps[0])) == {(1,), (3,)}
     assert set(final(p.steps[2])) == {(2,)}
     assert p.duplicate_ddl == 1
-    # a late copy of the same DDL in a later batch (ts == watermark, not a replay by the rule) is dropped too
+    # copies of a DDL in later batches: the watermarks (25) promised every event at or below them, so
+    # one at the watermark is a replay, dropped and counted, never applied again
     p2 = plan(p.state, [ddl(25, 0, 3, "CREATE TABLE x (id INT)"), ddl(25, 1, 4, "CREATE TABLE x (id INT)")],
-              [rm(0, 4, 25), rm(1, 5, 25)])
-    assert len([s for s in p2.steps if isinstance(s, DDLRecord)]) == 1
-    p3 = plan(p2.state, [ddl(25, 0, 5, "CREATE TABLE x (id INT)")], [])
-    assert p3.steps == [] and p3.duplicate_ddl == 1
+              [rm(0, 4, 30), rm(1, 5, 30)])
+    assert p2.steps == [] and p2.replays_dropped == 2
+    # a DDL past the watermarks, its copies in two batches: applied once
+    p3 = plan(p2.state, [ddl(33, 0, 5, "CREATE TABLE y (id INT)")], [rm(0, 6, 35)])
+    p4 = plan(p3.state, [ddl(33, 1, 6, "CREATE TABLE y (id INT)")], [rm(1, 7, 35)])
+    applied = [s for p_ in (p3, p4) for s in p_.steps if isinstance(s, DDLRecord)]
+    assert [d.query for d in applied] == ["CREATE TABLE y (id INT)"] and p4.duplicate_ddl == 1
 
 
 def test_watermark_regression_is_ignored() -> None:

@@ -4,8 +4,9 @@ Watermark mode (Open Protocol, Craft, Canal-JSON with ``enable-tidb-extension``)
 Kafka consumer:
 
 1. Walk every partition in offset order. A resolved ts raises that partition's watermark (a smaller one
-   is a replay and ignored). A row or DDL whose commit ts is below its partition's watermark *at that
-   point* is a replay of something already promised: drop and count it.
+   is a replay and ignored). A row or DDL whose commit ts is at or below its partition's watermark *at
+   that point* is a replay of something already promised (a resolved ts R promises every event with
+   commit ts ≤ R; a TiCDC that restarts from an older checkpoint sends them again): drop and count it.
 2. The rest joins the held records. Everything of a topic with commit ts ≤ the topic's minimum watermark
    is released; the remainder stays held (durably, in the job state).
 3. Released records are applied in (commit ts, partition, offset) order. DDL is applied exactly between
@@ -196,7 +197,7 @@ def plan_batch(
             tracker.observe(item.topic, item.partition, item.ts)
             continue
         wm = tracker.partition_watermark(item.topic, item.partition)
-        if wm is not None and item.commit_ts is not None and item.commit_ts < wm:
+        if wm is not None and item.commit_ts is not None and item.commit_ts <= wm:
             replays += 1
             continue
         pending.add(item)

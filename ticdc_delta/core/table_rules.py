@@ -10,7 +10,7 @@ plan:
    every executor needs to know to place a row.
 2. **Per table** (:meth:`TableRules.apply_table`, on an executor, one call per table): the rows of one
    table (new ones and those held from earlier batches) through the same rules — plausibility, replay drop
-   (commit ts below its partition's watermark *at its offset*, i.e. after the marks before it), release
+   (commit ts at or below its partition's watermark *at its offset*, i.e. after the marks before it), release
    up to the topic watermark, the DDL segment it falls in, the record screen, then
    :func:`~.merge.collapse` — one final change per key per segment.
 
@@ -44,7 +44,7 @@ HELD = "held"
 SNAPSHOT = "snapshot"
 """A row its table's snapshot already holds (dropped)."""
 REPLAY = "replay"
-"""A row below its partition's watermark at its offset: a replay (dropped)."""
+"""A row at or below its partition's watermark at its offset: a replay (dropped)."""
 
 
 @dataclass
@@ -170,7 +170,7 @@ class TableRules:
     def place(self, rec: ChangeRecord, *, held: bool = False) -> "str | RejectedTs":
         """Where one row of this batch goes, decided by the row alone (its names folded as the rules fold
         them): :data:`RELEASED` (applied now), :data:`HELD` (its commit ts is past its topic's watermark),
-        :data:`SNAPSHOT` (its table's snapshot holds it), :data:`REPLAY` (below its partition's watermark
+        :data:`SNAPSHOT` (its table's snapshot holds it), :data:`REPLAY` (at or below its partition's watermark
         at its offset), or the :class:`~.batch_planner.RejectedTs` of an implausible commit ts. ``held``:
         the row was held by an earlier batch, so it was already checked for plausibility and replay.
 
@@ -208,7 +208,7 @@ class TableRules:
                     i = bisect_left(found[0], (offset, idx))
                     if i:
                         wm = found[1][i - 1]
-                if wm is not None and ts < wm:
+                if wm is not None and ts <= wm:
                     return REPLAY
             upto = topics.get(topic)
             return RELEASED if upto is not None and (ts or 0) <= upto else HELD
