@@ -487,7 +487,7 @@ class _Layout:
         ``delete-only-output-handle-key-columns``)."""
         order = tuple(row)
         entry = self._last_entry if order == self._last_order else self._entry(order)
-        if whole and not entry[3]:
+        if whole and not entry[3]:  # type: ignore[index]
             raise ValueError("a declared column is missing")
         return Image(entry[0], entry[1](row))  # type: ignore[index]
 
@@ -495,7 +495,7 @@ class _Layout:
         """:meth:`image` of a row whose values are known to be strings or null."""
         order = tuple(row)
         entry = self._last_entry if order == self._last_order else self._entry(order)
-        if whole and not entry[3]:
+        if whole and not entry[3]:  # type: ignore[index]
             raise ValueError("a declared column is missing")
         return Image(entry[0], entry[2](row))  # type: ignore[index]
 
@@ -892,7 +892,7 @@ class CanalJsonDecoder:
             entry = layout._last_entry if order == layout._last_order else layout._entry(order)
             image = Image(entry[0], entry[2](row))  # type: ignore[index]
             if op == _INSERT:
-                if not entry[3]:
+                if not entry[3]:  # type: ignore[index]
                     return None  # a declared column is missing: the orjson path says which
                 return [_new(RowChange, (commit_ts, schema, table, op, image, None, ctx))]
             return [_new(RowChange, (commit_ts, schema, table, op, None, image, ctx))]
