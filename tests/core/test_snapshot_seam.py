@@ -47,10 +47,14 @@ def test_held_rows_below_a_later_snapshot_are_dropped_too_and_offset_order_keeps
     assert q.snapshot_dropped == 1 and applied_ids(q) == [7]
 
 
-def test_database_ddl_is_dropped_only_below_every_snapshot_of_its_schema() -> None:
+def test_database_ddl_is_kept_and_each_table_says_whether_its_snapshot_holds_it() -> None:
+    """A DDL naming no table acts on each table of its schema; their snapshots may differ, and a table of
+    the schema may have none: the DDL replay asks :meth:`SnapshotSeam.holds` table by table."""
     seam = SnapshotSeam({("s", "a"): 100, ("s", "b"): 50})
-    assert seam.covers(ddl(40, 0, table="", query="CREATE DATABASE s"))
-    assert not seam.covers(ddl(60, 0, table="", query="CREATE DATABASE s"))
+    for ts in (40, 60, 150):
+        assert not seam.covers(ddl(ts, 0, table="", query="DROP DATABASE s"))
+    assert seam.holds("s", "a", 60) and not seam.holds("s", "b", 60) and seam.holds("s", "b", 50)
+    assert not seam.holds("s", "c", 1) and not seam.holds("s", "a", None)
     assert not SnapshotSeam({}).covers(row(1, 0, 1)) and not SnapshotSeam({})
     with pytest.raises(ValueError, match="positive int"):
         SnapshotSeam({("s", "t"): 0})

@@ -12,6 +12,7 @@ import pytest
 from ticdc_delta.core.batch_planner import RowsStep
 from ticdc_delta.core.merge import KeyResolver, collapse
 from ticdc_delta.core.records import ChangeRecord, DDLRecord
+from ticdc_delta.core.snapshot_seam import SnapshotSeam
 from ticdc_delta.delta.applier import DeltaApplier, TableOptions
 from ticdc_delta.delta.arrow_types import TypeParams, widens
 from ticdc_delta.delta.ddl_replay import DDLReplayer, ddl_tables, default_value
@@ -102,6 +103,19 @@ def test_truncate_rename_drop_table(h: Harness) -> None:
     assert h.schema("t2") is None
     h.ddl("DROP DATABASE `s`", table="")
     assert h.schema("t3") is None
+
+
+def test_drop_database_keeps_the_tables_whose_snapshot_is_later(tmp_path: Any) -> None:
+    """Tables of one schema loaded from snapshots at different TSOs (and one streamed, without any): a
+    DROP DATABASE between the TSOs drops only the tables whose snapshot was taken before it."""
+    h = Harness(str(tmp_path))
+    for table in ("early", "late", "streamed"):
+        h.rows({"id": 1}, table=table)
+    drop = h.ddl_step("DROP DATABASE `s`", table="")
+    h.applier.seam = SnapshotSeam({("s", "early"): drop.commit_ts - 1, ("s", "late"): drop.commit_ts + 5})
+    h.applier.apply([drop], h._next())
+    assert h.schema("early") is None and h.schema("streamed") is None
+    assert h.read("late") == [{"id": 1}]
 
 
 def test_policies(tmp_path: Any) -> None:

@@ -5,8 +5,10 @@ A snapshot of a table taken at TSO ``S`` (Dumpling ``--snapshot``/``--consistenc
 created with ``--start-ts=S`` sends the changes with commit ts > ``S``; one started earlier sends some
 the snapshot already holds. The rule: **for a table with a snapshot at ``S``, a row change or DDL of that
 table with commit ts ≤ ``S`` is dropped; everything later applies as usual.** A table without a snapshot
-is not affected. A DDL that names no table (CREATE/DROP DATABASE) is dropped when its commit ts is ≤ the
-snapshot TSO of every snapshot table of its schema (they were all taken after it). A record without a
+is not affected. A DDL that names no table (CREATE/DROP DATABASE) is never dropped here: it acts on each
+table of its schema, and the DDL replay leaves out each table whose own snapshot holds it
+(:meth:`SnapshotSeam.holds`) — tables of one schema may be snapshotted at different TSOs, and some not at
+all. A record without a
 commit ts (Avro, Canal-JSON without the TiDB extension) cannot be placed: it is kept — start the
 changefeed exactly at the snapshot TSO there.
 
@@ -36,23 +38,22 @@ class SnapshotSeam:
             if not isinstance(ts, int) or isinstance(ts, bool) or ts <= 0:
                 raise ValueError(f"snapshot TSO of {key!r} must be a positive int, got {ts!r}")
         self.tsos = dict(tsos)
-        self._schema_min: dict[str, int] = {}
-        for (schema, _), ts in self.tsos.items():
-            self._schema_min[schema] = min(ts, self._schema_min.get(schema, ts))
 
     def __bool__(self) -> bool:
         return bool(self.tsos)
 
     def covers(self, record: Record) -> bool:
-        """Whether the snapshot of ``record``'s table already holds it (so it must be dropped)."""
-        ts = record.commit_ts
-        if ts is None:
-            return False
+        """Whether the snapshot of ``record``'s table already holds it (so it must be dropped); never for a
+        DDL that names no table (see the module docstring)."""
         if isinstance(record, DDLRecord) and not record.table:
-            bound = self._schema_min.get(record.schema)
-        else:
-            bound = self.tsos.get((record.schema, record.table))
-        return bound is not None and ts <= bound
+            return False
+        return self.holds(record.schema, record.table, record.commit_ts)
+
+    def holds(self, schema: str, table: str, commit_ts: int | None) -> bool:
+        """Whether the snapshot of ``schema.table`` holds the effect of a change at ``commit_ts`` (False for
+        a table without a snapshot, or no commit ts)."""
+        bound = self.tsos.get((schema, table))
+        return bound is not None and commit_ts is not None and commit_ts <= bound
 
     def split(self, records: Iterable[Record]) -> tuple[list[Record], int]:
         """The records the snapshots do not hold, in order, and how many were dropped."""

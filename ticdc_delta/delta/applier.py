@@ -19,6 +19,7 @@ import pyarrow as pa
 from ..core.batch_planner import RowsStep
 from ..core.merge import DELETE, TableChanges
 from ..core.records import DDLRecord
+from ..core.snapshot_seam import SnapshotSeam
 from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, converter_for, widens
 from .ddl_journal import DDLJournal, JournalEntry
 from .sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, TableSink, Txn, batch_txn
@@ -155,6 +156,7 @@ class DeltaApplier:
         ddl_handler: Callable[[DDLRecord, "DeltaApplier", int], bool] | None = None,
         case_sensitive: bool = False,
         journal: DDLJournal | None = None,
+        seam: SnapshotSeam | None = None,
     ) -> None:
         self.sink = sink
         self.app_id = app_id
@@ -165,6 +167,8 @@ class DeltaApplier:
         self._ddl_handler = ddl_handler
         self.case_sensitive = case_sensitive
         self.journal = journal
+        # the tables' snapshot TSOs: a DDL that names no table leaves out the tables whose snapshot holds it
+        self.seam = seam
         self._steps: dict[TableIdent, int] = {}
 
     # --- transactions --------------------------------------------------------------------------------

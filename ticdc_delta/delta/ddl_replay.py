@@ -12,7 +12,8 @@ How each class is applied (``evolve``):
 DDL                        Delta
 =========================  ======================================================================
 CREATE DATABASE            nothing (tables appear as they are created)
-DROP DATABASE              every table of the schema under the sink root is dropped
+DROP DATABASE              every table of the schema under the sink root is dropped (but one loaded
+                           from a snapshot taken after the DROP)
 CREATE TABLE [LIKE]        a new, empty table with the DDL's columns (or the source table's)
 DROP TABLE                 the table is deleted
 TRUNCATE TABLE             a new version with no rows
@@ -274,6 +275,11 @@ class DDLReplayer:
         if isinstance(change, d.DropDatabase):
             dropped = False
             for ident in sink.tables_in_schema(change.name):
+                if applier.seam is not None and applier.seam.holds(ident.schema, ident.table, rec.commit_ts):
+                    # loaded from a snapshot taken after the drop (the table was made again since)
+                    log.info("DROP DATABASE at commit ts %s: %s.%s is kept, its snapshot is later",
+                             rec.commit_ts, *ident)
+                    continue
                 applier.catalog.drop_table(*ident)
                 dropped |= bool(sink.drop(ident))
             return dropped

@@ -405,6 +405,7 @@ class BatchHandler:
             ddl_handler=self._ddl_handler,
             case_sensitive=self.cfg.case_sensitive,
             journal=self.journal,
+            seam=seam,
         )
         t_apply = time.monotonic()
         timings["plan"] = t_apply - t_plan

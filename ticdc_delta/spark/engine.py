@@ -62,6 +62,7 @@ from ..core.batch_planner import WATERMARK, ConsumerState, ResolvedMark
 from ..core.key_buckets import Layout, Router, Routing, owns, splittable
 from ..core.merge import DELETE, KeyResolver, MissingKeyError
 from ..core.records import ChangeRecord, DDLRecord, dump_record, gc_paused, load_record, load_row
+from ..core.snapshot_seam import SnapshotSeam
 from ..core.table_rules import TableRules, plan_coordination
 from ..delta.applier import ApplyResult, DeltaApplier
 from ..delta.arrow_types import arrow_type_for, converter_for, integer_value
@@ -1019,7 +1020,7 @@ class SparkEngine:
                     # (below), after the staging append has read ``out`` too
                     view = f"ticdc_out_{uuid.uuid4().hex}"
                     out.createOrReplaceGlobalTempView(view)
-                result, applier = self._apply(spark, view, metas, rules.ddl_steps, batch_id)
+                result, applier = self._apply(spark, view, metas, rules.ddl_steps, batch_id, seam)
             except BaseException:
                 _settle(staging)  # nothing of this batch runs on once it fails
                 raise
@@ -1262,7 +1263,8 @@ class SparkEngine:
     # --- applying ---------------------------------------------------------------------------------------
 
     def _apply(self, spark: Any, view: str | None, metas: dict[int, list[tuple[str, str, dict]]],
-               ddl_steps: tuple[DDLRecord, ...], batch_id: int) -> tuple[ApplyResult, DeltaApplier]:
+               ddl_steps: tuple[DDLRecord, ...], batch_id: int,
+               seam: SnapshotSeam | None = None) -> tuple[ApplyResult, DeltaApplier]:
         h = self.h
         # table creation and DDL with Delta Lake's own operations (column mapping, ALTER TABLE)
         sink = SparkDeltaSink(h.sink, spark, type_widening=self.cfg.sink.type_widening,
@@ -1273,7 +1275,7 @@ class SparkEngine:
             metadata_columns=((self.cfg.sink.metadata_columns.commit_ts, self.cfg.sink.metadata_columns.op)
                               if self.cfg.sink.metadata_columns else None),
             source_timezone=self.cfg.sink.source_timezone, ddl_handler=h._ddl_handler,
-            case_sensitive=self.cfg.case_sensitive, journal=h.journal,
+            case_sensitive=self.cfg.case_sensitive, journal=h.journal, seam=seam,
         )
         skip, result = applier.begin(batch_id, ddl_steps)
         merged = [False]
