@@ -122,6 +122,25 @@ def test_ddl_applies_between_older_and_newer_rows_once() -> None:
     assert [d.query for d in applied] == ["CREATE TABLE y (id INT)"] and p4.duplicate_ddl == 1
 
 
+def test_rows_and_ddl_of_every_topic_wait_for_the_lowest_topic_watermark() -> None:
+    """A TiCDC topic dispatcher: each table's rows on its own topic, a RENAME TABLE on the old table's
+    topic, CREATE/DROP DATABASE on the default one, the same resolved ts on every topic. Released by each
+    topic's own watermark, a batch that has seen one topic's resolved ts but not yet another's applied the
+    new table's row before the RENAME that made the table (and rows after a DROP DATABASE before it)."""
+    a = row(100, 0, 0, "insert", {"id": 1, "v": "a"}, table="a", topic="s_a")
+    rename = DDLRecord(110, "s_a", 0, 1, 0, "s", "b", "RENAME TABLE `s`.`a` TO `s`.`b`", 14)
+    b = row(120, 0, 0, "insert", {"id": 2, "v": "b"}, table="b", topic="s_b")
+    parts = {"s_a": [0], "s_b": [0]}
+    first = plan_batch(ConsumerState(), [a, rename, b], [rm(0, 1, 130, topic="s_b")], mode=WATERMARK,
+                       keys=KeyResolver(), partitions=parts)
+    assert first.steps == [] and first.held == 3  # s_a has promised nothing yet
+    second = plan_batch(first.state, [], [rm(0, 2, 130, topic="s_a")], mode=WATERMARK, keys=KeyResolver(),
+                        partitions=parts)
+    assert [type(s).__name__ for s in second.steps] == ["RowsStep", "DDLRecord", "RowsStep"]
+    assert set(second.steps[0].tables) == {("s", "a")} and set(second.steps[2].tables) == {("s", "b")}
+    assert second.topic_watermarks == {"s_a": 130, "s_b": 130}
+
+
 def test_watermark_regression_is_ignored() -> None:
     p = plan(ConsumerState(), [], [rm(0, 0, 50), rm(0, 1, 40), rm(1, 0, 50)])
     assert p.state.watermarks[("cdc", 0)] == 50 and p.watermark_regressions == 1

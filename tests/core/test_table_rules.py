@@ -64,6 +64,25 @@ def _stream(seed: int, n: int = 300, parts: int = 3):
     return records, marks
 
 
+def _two_topics(records, marks):
+    """The stream with table c on a topic of its own (a topic dispatcher): one partition, its own offsets
+    in the stream's order, and a copy of partition 0's resolved marks (every topic gets them)."""
+    items = sorted([*records, *marks], key=lambda x: (x.offset, x.partition))
+    out_records, out_marks, offset = [], [], 0
+    for x in items:
+        if isinstance(x, ResolvedMark):
+            out_marks.append(x)
+            if x.partition == 0:
+                out_marks.append(x._replace(topic="other", offset=offset))
+                offset += 1
+        elif isinstance(x, ChangeRecord) and x.table == "c":
+            out_records.append(x._replace(topic="other", partition=0, offset=offset))
+            offset += 1
+        else:
+            out_records.append(x)
+    return out_records, out_marks
+
+
 def _batches(records, marks, k: int):
     items = sorted([*records, *marks], key=lambda x: (x.offset, x.partition))
     size = len(items) // k + 1
@@ -83,14 +102,17 @@ def _by_segment(steps):
     return out
 
 
+@pytest.mark.parametrize("topics", [1, 2])
 @pytest.mark.parametrize("mode", [WATERMARK, OFFSET_ORDER])
 @pytest.mark.parametrize("seed", range(6))
-def test_driver_part_plus_per_table_part_equals_plan_batch(seed: int, mode: str) -> None:
+def test_driver_part_plus_per_table_part_equals_plan_batch(seed: int, mode: str, topics: int) -> None:
     records, marks = _stream(seed)
+    if topics == 2:
+        records, marks = _two_topics(records, marks)
     guard = TsGuard(10**12 - 1, 0) if seed % 2 else None
     # seeds 0, 3: table s.a (a and A, folded) was loaded by a snapshot at a TSO in the middle of the stream
     seam = SnapshotSeam({("s", "a"): records[len(records) // 2].commit_ts}) if seed % 3 == 0 else None
-    parts = {"cdc": [0, 1, 2]}
+    parts = {"cdc": [0, 1, 2], **({"other": [0]} if topics == 2 else {})}
     whole = ConsumerState()
     split_state, split_held = ConsumerState(), []
     seen = {"segments": 0, "held": 0, "replays": 0, "ddl": 0, "snapshot": 0}

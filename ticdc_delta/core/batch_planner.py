@@ -7,8 +7,11 @@ Kafka consumer:
    is a replay and ignored). A row or DDL whose commit ts is at or below its partition's watermark *at
    that point* is a replay of something already promised (a resolved ts R promises every event with
    commit ts ≤ R; a TiCDC that restarts from an older checkpoint sends them again): drop and count it.
-2. The rest joins the held records. Everything of a topic with commit ts ≤ the topic's minimum watermark
-   is released; the remainder stays held (durably, in the job state).
+2. The rest joins the held records. Everything with commit ts ≤ the minimum watermark over every
+   partition of every topic is released; the remainder stays held (durably, in the job state). One
+   bound for all the topics of a changefeed (a topic dispatcher): TiCDC writes a RENAME TABLE to the old
+   table's topic and CREATE/DROP DATABASE to the default one, so a DDL in one topic orders the rows of
+   another, and every topic gets the same resolved ts.
 3. Released records are applied in (commit ts, partition, offset) order. DDL is applied exactly between
    the rows before and after its commit ts, once: broadcast copies (every partition but Canal-JSON's
    partition 0 only) share (commit ts, schema, table, query) and are deduplicated, also against copies
@@ -142,7 +145,7 @@ def plan_batch(
     """Plan a micro-batch from the previous ``state`` and the batch's decoded records and resolved marks.
 
     ``partitions`` names every partition of each topic (a partition that has sent nothing yet still
-    holds back its topic). The function is deterministic: the same state and input give the same plan,
+    holds back every topic). The function is deterministic: the same state and input give the same plan,
     which is what lets a re-run of a crashed micro-batch commit exactly what the first attempt would have
     (``guard``, when given, must be built from a clock that is itself the same on a re-run).
 
@@ -204,14 +207,14 @@ def plan_batch(
 
     released: list[Record] = []
     topic_wms: dict[str, int | None] = {}
+    low = tracker.global_low()
     for topic in tracker.topics():
         topic_wms[topic] = tracker.topic_watermark(topic)
-        released.extend(pending.release(topic, topic_wms[topic]))
+        released.extend(pending.release(topic, low))
     released.sort(key=apply_order)
 
     applied = set(state.applied_ddl)
     steps, duplicate_ddl, new_ddl = _steps(released, keys, applied, screen)
-    low = tracker.global_low()
     # A DDL copy older than every watermark would be dropped as a replay anyway: forget it.
     kept_ddl = [d for d in (*state.applied_ddl, *new_ddl) if low is None or (d[0] or 0) >= low]
     new_state = ConsumerState(tracker.snapshot(), list(pending), sorted(set(kept_ddl), key=_ddl_sort))

@@ -2,8 +2,10 @@
 
 TiCDC broadcasts resolved ts to every partition; a resolved ts R on a partition promises that every
 event with commit ts ≤ R has been sent there (seed 004: "小于等于这个时间点提交的数据已经全部下发").
-A row is therefore safe to apply once every partition of its topic has promised its commit ts: when
-commit ts ≤ the minimum watermark over the topic's partitions. Watermarks never go back: a smaller
+A row is therefore safe to apply once every partition has promised its commit ts: when commit ts ≤
+the minimum watermark over the partitions of every topic the job reads (:meth:`WatermarkTracker.global_low`:
+one changefeed's topics get the same resolved ts, and a DDL in one topic orders rows in another). Watermarks
+never go back: a smaller
 resolved ts (a replay after a TiCDC restart) is ignored and counted.
 """
 

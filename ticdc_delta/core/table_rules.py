@@ -11,7 +11,7 @@ plan:
 2. **Per table** (:meth:`TableRules.apply_table`, on an executor, one call per table): the rows of one
    table (new ones and those held from earlier batches) through the same rules — plausibility, replay drop
    (commit ts at or below its partition's watermark *at its offset*, i.e. after the marks before it), release
-   up to the topic watermark, the DDL segment it falls in, the record screen, then
+   up to the lowest watermark of the topics, the DDL segment it falls in, the record screen, then
    :func:`~.merge.collapse` — one final change per key per segment.
 
 Every rule used by both parts is the one defined in :mod:`.batch_planner`, :mod:`.pending_buffer`,
@@ -40,7 +40,7 @@ __all__ = ["TableRules", "TableOutcome", "plan_coordination", "RELEASED", "HELD"
 RELEASED = "released"
 """A row applied in this batch (:meth:`TableRules.place`)."""
 HELD = "held"
-"""A row held for a later batch: its commit ts is past its topic's watermark."""
+"""A row held for a later batch: its commit ts is past the lowest watermark of the job's topics."""
 SNAPSHOT = "snapshot"
 """A row its table's snapshot already holds (dropped)."""
 REPLAY = "replay"
@@ -169,7 +169,7 @@ class TableRules:
 
     def place(self, rec: ChangeRecord, *, held: bool = False) -> "str | RejectedTs":
         """Where one row of this batch goes, decided by the row alone (its names folded as the rules fold
-        them): :data:`RELEASED` (applied now), :data:`HELD` (its commit ts is past its topic's watermark),
+        them): :data:`RELEASED` (applied now), :data:`HELD` (its commit ts is past the lowest topic watermark),
         :data:`SNAPSHOT` (its table's snapshot holds it), :data:`REPLAY` (at or below its partition's watermark
         at its offset), or the :class:`~.batch_planner.RejectedTs` of an implausible commit ts. ``held``:
         the row was held by an earlier batch, so it was already checked for plausibility and replay.
@@ -189,6 +189,9 @@ class TableRules:
         max_ts = guard.max_ts if guard is not None else None
         covered = self.seam.tsos.get((schema, table)) if self.seam else None  # (SnapshotSeam.covers of a row)
         start, marks, topics = self.start, self.marks, self.topic_watermarks
+        # one bound for every topic of the changefeed (batch_planner's step 2): their lowest watermark
+        values = list(topics.values())
+        low = None if not values or any(v is None for v in values) else min(v for v in values if v is not None)
 
         def place(ts: int | None, topic: str, partition: int, offset: int, idx: int, held: bool) -> "str | RejectedTs":
             if ts is not None:
@@ -210,7 +213,7 @@ class TableRules:
                         wm = found[1][i - 1]
                 if wm is not None and ts <= wm:
                     return REPLAY
-            upto = topics.get(topic)
+            upto = low if topic in topics else None
             return RELEASED if upto is not None and (ts or 0) <= upto else HELD
 
         return place
