@@ -380,6 +380,16 @@ def test_invalid_row_bodies(body: bytes, match: str) -> None:
         decode(one_row_message(body))
 
 
+def test_a_value_length_past_the_group_before_a_double_is_a_decode_error() -> None:
+    """A VARCHAR that claims 200 bytes where one is left: the DOUBLE after it finds no bytes (struct.error
+    escaped untyped, without the message's coordinates, from the code generated for the group)."""
+    body = (bytes([1]) + uv(2) + zz(2) + zz(1) + uv(T.VARCHAR) + uv(T.DOUBLE) + uv(0) + uv(0) + zz(200) + zz(8)
+            + b"x" + b"\x00" * 8)
+    header = uv(7) + uv(1) + zz(-1) + zz(0) + zz(1)
+    with pytest.raises(DecodeError, match=r"tidb-cdc\[3\]@99: column 'd': float64 value must be 8 bytes, found 0"):
+        decode(assemble(header, [body], [[len(body)]], ["a", "b", "c", "d"]))
+
+
 def test_two_new_groups_are_refused() -> None:
     g = group([2], [8], [0], [zz(1)])
     header = uv(7) + uv(1) + zz(-1) + zz(0) + zz(1)

@@ -384,10 +384,6 @@ def _values_end_error(pos: int, end: int) -> FramingError:
     return _framing(f"column values end at byte {pos} but the column group ends at byte {end}")
 
 
-def _bad_float(n: int) -> float:
-    raise _bad(f"float64 value must be 8 bytes, found {n}")
-
-
 def _generic_values_decoder(types: tuple[int, ...], flags: tuple[ColumnFlag, ...]) -> _ValuesDecoder:
     """A values decoder for any shape: one loop over the columns."""
     decoders = tuple(_value_decoder(tp, fl) for tp, fl in zip(types, flags))
@@ -464,8 +460,7 @@ def _generated_values_decoder(types: tuple[int, ...], flags: tuple[ColumnFlag, .
         "LENGTH_BYTES": _LENGTH_BYTES,
         "read_lengths": _read_lengths,
         "end_error": _values_end_error,
-        "unpack_float": _unpack_float,
-        "bad_float": _bad_float,
+        "dec_float": _dec_float,
         "dec_null": _dec_null,
         "STRUCTS": patterns.structs,
         "NULL_STRUCTS": patterns.null_structs,
@@ -488,7 +483,9 @@ def _generated_values_decoder(types: tuple[int, ...], flags: tuple[ColumnFlag, .
         elif dec is _dec_uint:
             expr, fast = f"U[{raw}]", f"U[r{i}]"
         elif dec is _dec_float:
-            expr, fast = f"unpack_float({raw})[0] if n{i} == 8 else bad_float(n{i})", f"r{i}"
+            # (the bytes there, not n: a value before it that claims more bytes than the group holds
+            # leaves fewer than n)
+            expr, fast = f"dec_float({raw})", f"r{i}"
         else:
             expr, fast = f"dec_null({raw})", f"dec_null(r{i})"
         quick.append(fast)
