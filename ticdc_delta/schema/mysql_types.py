@@ -317,16 +317,21 @@ def column_type_from_sqlglot(
     length = precision = scale = fsp = None
     members: tuple[str, ...] = ()
     if code in (TypeCode.ENUM, TypeCode.SET):
+        # MySQL and TiDB delete trailing spaces from ENUM and SET members when the table is made (but for
+        # the binary character set): 'small ' is the member 'small', which is what TiDB sends and stores
+        keep_spaces = "binary" in (charset, collation)
         values = []
         for member in params:
             if not (isinstance(member, exp.Literal) and member.is_string):
                 found = member.sql(dialect=TiDBDialect)
                 raise UnsupportedColumnTypeError(f"{name} member must be a string, found {found!r}")
-            values.append(member.this)
+            values.append(member.this if keep_spaces else member.this.rstrip(" "))
         members = tuple(values)
     elif code == TypeCode.DECIMAL:
         precision = _int_param(params[0], "DECIMAL precision") if params else 10
         scale = _int_param(params[1], "DECIMAL scale") if len(params) > 1 else 0
+        if precision == 0 and scale == 0:
+            precision = 10  # MySQL and TiDB: DECIMAL(0) and DECIMAL(0,0) are DECIMAL(10,0)
     elif code in (TypeCode.FLOAT, TypeCode.DOUBLE):
         if len(params) == 2:
             precision = _int_param(params[0], f"{name} precision")
