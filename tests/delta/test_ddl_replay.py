@@ -130,6 +130,24 @@ def test_policies(tmp_path: Any) -> None:
         h.ddl("ALTER TABLE `s`.`t` DROP COLUMN `a`")
 
 
+@pytest.mark.parametrize(("type_text", "default", "expected"), [
+    ("BIGINT", "1234567890123456789", 1234567890123456789),  # (through a float: ...768)
+    ("BIGINT", "9007199254740993", 9007199254740993),
+    ("BIGINT UNSIGNED", "18446744073709551615", 18446744073709551615),
+    ("INT", "1.5", 2),  # MySQL rounds half away from zero
+    ("INT", "-1.5", -2),
+    ("INT", "'7'", 7),
+    ("TINYINT(1)", "TRUE", 1),
+    ("BOOLEAN", "FALSE", 0),
+    ("DOUBLE", "TRUE", 1.0),
+    ("DOUBLE", "1e3", 1000.0),
+])
+def test_numeric_defaults_are_exact(type_text: str, default: str, expected: Any) -> None:
+    (ch,) = parse_ddl(f"ALTER TABLE t ADD c {type_text} NOT NULL DEFAULT {default}", default_schema="s")
+    got = default_value(ch.columns[0], 1 << 18, "UTC")
+    assert got == expected and type(got) is type(expected)
+
+
 def test_default_value_and_widening() -> None:
     (ch,) = parse_ddl("ALTER TABLE t ADD c DATETIME DEFAULT CURRENT_TIMESTAMP", default_schema="s")
     assert default_value(ch.columns[0], 1_700_000_000_000 << 18, "UTC") == "2023-11-14 22:13:20"

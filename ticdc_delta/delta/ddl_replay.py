@@ -53,6 +53,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from datetime import datetime, timezone
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -159,15 +160,34 @@ def default_value(col: "d.ColumnDef", commit_ts: int | None, tz: str) -> Any:
             return number
         return number.to_bytes(max(1, (number.bit_length() + 7) // 8), "big")
     raw = _unquote(text) if text.startswith("'") else text
-    if tc in INTEGER_TYPES or tc == TypeCode.BIT:
-        return int(float(raw)) if raw.strip() else 0
-    if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
-        return float(raw)
+    if tc in INTEGER_TYPES or tc == TypeCode.BIT or tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+        value = _number(raw)
+        if value is None:
+            log.warning("cannot read the default %s of column %s as a number: existing rows get NULL", text, col.name)
+            return None
+        if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+            return float(value)
+        # exactly, rounded half away from zero as MySQL stores 1.5 in an INT (a float lost digits past 2^53)
+        return int(value.to_integral_value(rounding=ROUND_HALF_UP))
     if tc in (TypeCode.ENUM, TypeCode.SET):
         return raw  # a label: the Delta column stores labels
     if col.type.binary:
         return raw.encode("utf-8")
     return raw
+
+
+def _number(raw: str) -> Decimal | None:
+    """A numeric default's value: a number, TRUE/FALSE (1/0), or empty (0); None for anything else."""
+    text = raw.strip()
+    if not text:
+        return Decimal(0)
+    if text.upper() in ("TRUE", "FALSE"):
+        return Decimal(int(text.upper() == "TRUE"))
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        return None
+    return number if number.is_finite() else None
 
 
 def _zero_value(col: "d.ColumnDef") -> Any:
