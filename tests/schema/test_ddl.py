@@ -461,10 +461,29 @@ CASES: list[Case] = [
         ],
     ),
     Case("vector-index", "ALTER TABLE t ADD VECTOR INDEX idx ((VEC_COSINE_DISTANCE(v))) USING HNSW", [noop("index", "ADD VECTOR INDEX")]),
+    # TiDB 8.4+: VECTOR / COLUMNAR indexes inline in CREATE TABLE (sqlglot read one as a column VECTOR)
+    Case(
+        "create-with-vector-and-columnar-indexes",
+        "CREATE TABLE `s`.`t` (VECTOR INDEX `i0`((VEC_L2_DISTANCE(`v`))), `id` INT NOT NULL, `v` VECTOR(3), "
+        "PRIMARY KEY (`id`) /*T![clustered_index] CLUSTERED */, COLUMNAR INDEX `c`(`v`) USING INVERTED, "
+        "VECTOR INDEX `idx`((VEC_COSINE_DISTANCE(`v`))) USING HNSW)",
+        [CreateTable("s", "t", (col("id", "int", nullable=False), col("v", "vector(3)")), ("id",))],
+    ),
     Case(
         "foreign-keys",
         "ALTER TABLE t ADD CONSTRAINT fk FOREIGN KEY (a) REFERENCES p(id), DROP FOREIGN KEY fk2",
         [noop("foreign_key", "ADD FOREIGN KEY"), noop("foreign_key", "DROP FOREIGN KEY")],
+    ),
+    # a column with its own CHECK, added without the COLUMN keyword: a column, not a check constraint
+    Case(
+        "add-column-with-its-check",
+        "ALTER TABLE `s`.`t` ADD `c` INT CHECK (`c` >= 0) NOT NULL DEFAULT 5",
+        [AddColumns("s", "t", (col("c", "int", nullable=False, default="5"),), (None,))],
+    ),
+    Case(
+        "add-unnamed-constraint-check",
+        "ALTER TABLE t ADD CONSTRAINT CHECK (a > 0)",
+        [noop("check_constraint", "ADD CHECK constraint")],
     ),
     Case(
         "check-constraints",
@@ -474,6 +493,12 @@ CASES: list[Case] = [
             noop("check_constraint", "DROP CHECK constraint"),
             noop("check_constraint", "ALTER CHECK constraint"),
         ],
+    ),
+    # FLOAT UNSIGNED (deprecated in MySQL, kept by TiDB) is a FLOAT
+    Case(
+        "float-unsigned",
+        "CREATE TABLE t (id INT PRIMARY KEY, f FLOAT UNSIGNED, g FLOAT(7,3) UNSIGNED)",
+        [CreateTable(S, "t", (col("id", "int", nullable=False), col("f", "float"), col("g", "float(7,3)")), ("id",))],
     ),
     # ------------------------------------------------------------------------ partitions
     Case(

@@ -49,6 +49,8 @@ CASES: list[tuple[str, ColumnType, str]] = [
     ("decimal(5)", ColumnType(T.DECIMAL, "decimal", precision=5, scale=0), "decimal(5,0)"),
     # MySQL and TiDB make a zero precision (and scale) the default DECIMAL(10,0)
     ("decimal(0)", ColumnType(T.DECIMAL, "decimal", precision=10, scale=0), "decimal(10,0)"),
+    # FLOAT UNSIGNED (deprecated in MySQL, kept by TiDB; sqlglot has no unsigned FLOAT): a FLOAT
+    ("float unsigned", ColumnType(T.FLOAT, "float"), "float"),
     ("decimal(0,0)", ColumnType(T.DECIMAL, "decimal", precision=10, scale=0), "decimal(10,0)"),
     ("decimal(65,30) unsigned", ColumnType(T.DECIMAL, "decimal", U, precision=65, scale=30), "decimal(65,30) unsigned"),
     ("numeric(6,2)", ColumnType(T.DECIMAL, "decimal", precision=6, scale=2), "decimal(6,2)"),
@@ -195,7 +197,6 @@ def test_shared_all_types_table_matches_type_codes() -> None:
         ("int) ; drop table x; create table y (a int", "not a single MySQL column type"),
         ("varchar(", "not a MySQL column type"),
         ("no_such_type(3)", "not a MySQL column type"),
-        ("float unsigned", "not a MySQL column type"),  # sqlglot limitation, see report
     ],
 )
 def test_parse_column_type_rejects(text: str, match: str) -> None:

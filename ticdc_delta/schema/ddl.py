@@ -520,6 +520,8 @@ def _parse_statement(ctx: _Context, tokens: list[Token]) -> list[SchemaChange]:
         if words[0] == "ALTER" and "TABLE" in words[1:3]:
             return _alter_table(ctx, tokens)
         text = _text(ctx, tokens)
+        if words[0] == "CREATE" and "TABLE" in words[1:3]:
+            text = _without_tidb_indexes(ctx, tokens)
         try:
             node: exp.Expr | None = _parse_one(text)
             error = ""
@@ -766,7 +768,9 @@ def _tidb_clause(ctx: _Context, schema: str, table: str, clause: list[Token]) ->
         return noop("ttl", w[0] if w[0] != "REMOVE" else "REMOVE TTL")
     if w[0] == "CONVERT":
         return noop("charset", "CONVERT TO CHARACTER SET")
-    if (w[0] == "ADD" and "CHECK" in w[1:4]) or (w[0] in ("DROP", "ALTER") and w[1] in ("CHECK", "CONSTRAINT")):
+    # ADD CHECK (...) / ADD CONSTRAINT [name] CHECK (...); not ADD c INT CHECK (...), a column with its check
+    if (w[0] == "ADD" and (w[1] == "CHECK" or (w[1] == "CONSTRAINT" and "CHECK" in w[2:4]))) or (
+            w[0] in ("DROP", "ALTER") and w[1] in ("CHECK", "CONSTRAINT")):
         return noop("check_constraint", f"{w[0]} CHECK constraint")
     if w[0] in ("AUTO_INCREMENT", "AUTO_ID_CACHE", "AUTO_RANDOM_BASE"):
         return noop("auto_id", f"table option {w[0]}")
@@ -1065,6 +1069,43 @@ def _from_keywords(ctx: _Context, tokens: list[Token]) -> list[SchemaChange] | N
     if w[0] in ("RECOVER", "FLASHBACK"):
         return [ctx.unclassified(f"{w[0]} {w[1]} brings back a dropped object and its rows")]
     return None
+
+
+def _without_tidb_indexes(ctx: _Context, tokens: list[Token]) -> str:
+    """The text of a CREATE TABLE without the elements of its column list that are TiDB's VECTOR or
+    COLUMNAR indexes (``VECTOR INDEX idx((VEC_COSINE_DISTANCE(v))) USING HNSW``, TiDB 8.4+), which sqlglot
+    reads as a column named VECTOR; an index never changes columns or keys."""
+    start, end = tokens[0].start, tokens[-1].end + 1
+    open_at = next((i for i, t in enumerate(tokens) if t.token_type == TokenType.L_PAREN), None)
+    if open_at is None:
+        return ctx.query[start:end]
+    cuts: list[tuple[int, int]] = []
+    depth, first = 0, open_at + 1
+    for i in range(open_at, len(tokens)):
+        kind = tokens[i].token_type
+        if kind == TokenType.L_PAREN:
+            depth += 1
+            continue
+        if depth == 1 and kind in (TokenType.COMMA, TokenType.R_PAREN):
+            element = tokens[first:i]
+            if (len(element) > 2 and element[0].text.upper() in ("VECTOR", "COLUMNAR")
+                    and element[1].text.upper() in ("INDEX", "KEY")):
+                before = tokens[first - 1]
+                if before.token_type == TokenType.COMMA:  # ", VECTOR INDEX ..." (the comma before it goes)
+                    cuts.append((before.start, element[-1].end + 1))
+                elif kind == TokenType.COMMA:  # the first element: the comma after it goes
+                    cuts.append((element[0].start, tokens[i].end + 1))
+            first = i + 1
+        if kind == TokenType.R_PAREN:
+            depth -= 1
+            if depth == 0:
+                break
+    text, at = [], start
+    for cut_start, cut_end in cuts:
+        text.append(ctx.query[at:cut_start])
+        at = cut_end
+    text.append(ctx.query[at:end])
+    return "".join(text)
 
 
 def _create_table_without_options(ctx: _Context, tokens: list[Token]) -> list[SchemaChange] | None:

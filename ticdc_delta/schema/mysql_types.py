@@ -73,6 +73,7 @@ class TiDBDialect(MySQL):
     * ``LONG``, ``LONG VARCHAR`` (MEDIUMTEXT) and ``LONG VARBINARY`` (MEDIUMBLOB) parsed as BIGINT or not at
       all; ``NATIONAL CHAR/VARCHAR`` not parsed.
     * ``RENAME TABLE`` fell back to an opaque ``Command``: parsed here into :class:`RenameTables`.
+    * ``FLOAT UNSIGNED`` was a parse error (sqlglot has no unsigned FLOAT): read as FLOAT.
     * ``PRIMARY KEY (a DESC)`` was a parse error: key parts may carry ASC/DESC, as in other indexes.
     * TiDB index options ``GLOBAL``/``LOCAL`` and ``CLUSTERED``/``NONCLUSTERED`` written without the
       ``/*T![...] */`` comment were parse errors; they are accepted and dropped (they do not change which
@@ -105,6 +106,12 @@ class TiDBDialect(MySQL):
             **MySQL.Parser.CONSTRAINT_PARSERS,
             # TiDB: `id BIGINT AUTO_RANDOM[(shard_bits[, range_bits])]`, a server-side value generator.
             "AUTO_RANDOM": lambda self: self._parse_auto_random(),
+        }
+        # FLOAT UNSIGNED (MySQL's deprecated attribute, which TiDB keeps): sqlglot has no unsigned FLOAT and
+        # refused the whole statement; read as FLOAT (the same float32 values; DOUBLE UNSIGNED it knows)
+        SIGNED_TO_UNSIGNED_TYPE_TOKEN = {
+            **MySQL.Parser.SIGNED_TO_UNSIGNED_TYPE_TOKEN,
+            TokenType.FLOAT: TokenType.FLOAT,
         }
 
         def _warn_unsupported(self) -> None:
