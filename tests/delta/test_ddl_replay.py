@@ -148,6 +148,38 @@ def test_numeric_defaults_are_exact(type_text: str, default: str, expected: Any)
     assert got == expected and type(got) is type(expected)
 
 
+@pytest.mark.parametrize(("column", "expected"), [
+    # what TiDB shows in the rows that existed before the column: its own text of the DEFAULT
+    ("DATE DEFAULT '2020-1-2'", "2020-01-02"),
+    ("DATETIME DEFAULT '2020-1-2 3:4:5'", "2020-01-02 03:04:05"),
+    ("DATETIME(3) DEFAULT '2020-01-02 03:04:05.5'", "2020-01-02 03:04:05.500"),
+    ("TIME DEFAULT '1:2:3'", "01:02:03"),
+    ("TIME DEFAULT 10", "00:00:10"),
+    ("TIME DEFAULT 112233", "11:22:33"),
+    ("TIME(3) DEFAULT '-1:2:3.5'", "-01:02:03.500"),
+    ("YEAR DEFAULT 24", 2024),
+    ("YEAR DEFAULT 70", 1970),
+    ("YEAR DEFAULT '0'", 2000),
+    ("YEAR DEFAULT 0", 0),
+    ("YEAR DEFAULT 2024", 2024),
+    ("ENUM('a','b') DEFAULT 'B'", "b"),
+    ("SET('x','y') DEFAULT 'Y,x,y'", "x,y"),
+    ("SET('x','y') DEFAULT ''", ""),
+    ("BINARY(4) DEFAULT 'ab'", b"ab\0\0"),
+    ("VARBINARY(4) DEFAULT 'ab'", b"ab"),
+    ("VARCHAR(10) DEFAULT N'abc'", "abc"),
+    ("VARCHAR(10) DEFAULT 'a' 'b' 'c'", "abc"),
+    # NOT NULL without a DEFAULT: the type's zero value
+    ("VECTOR(3) NOT NULL", "[]"),
+    ("TIME(3) NOT NULL", "00:00:00.000"),
+    ("BINARY(2) NOT NULL", b"\0\0"),
+])
+def test_literal_defaults_as_tidb_stores_them(column: str, expected: Any) -> None:
+    (ch,) = parse_ddl(f"ALTER TABLE t ADD c {column}", default_schema="s")
+    got = default_value(ch.columns[0], 1 << 18, "UTC")
+    assert got == expected and type(got) is type(expected)
+
+
 def test_default_value_and_widening() -> None:
     (ch,) = parse_ddl("ALTER TABLE t ADD c DATETIME DEFAULT CURRENT_TIMESTAMP", default_schema="s")
     assert default_value(ch.columns[0], 1_700_000_000_000 << 18, "UTC") == "2023-11-14 22:13:20"

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from datetime import datetime, timezone
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
@@ -159,7 +160,8 @@ def default_value(col: "d.ColumnDef", commit_ts: int | None, tz: str) -> Any:
         if tc == TypeCode.BIT or tc in INTEGER_TYPES:
             return number
         return number.to_bytes(max(1, (number.bit_length() + 7) // 8), "big")
-    raw = _unquote(text) if text.startswith("'") else text
+    quoted = text.startswith("'")
+    raw = _unquote(text) if quoted else text
     if tc in INTEGER_TYPES or tc == TypeCode.BIT or tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
         value = _number(raw)
         if value is None:
@@ -168,12 +170,69 @@ def default_value(col: "d.ColumnDef", commit_ts: int | None, tz: str) -> Any:
         if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
             return float(value)
         # exactly, rounded half away from zero as MySQL stores 1.5 in an INT (a float lost digits past 2^53)
-        return int(value.to_integral_value(rounding=ROUND_HALF_UP))
+        number = int(value.to_integral_value(rounding=ROUND_HALF_UP))
+        if tc == TypeCode.YEAR and (0 < number < 100 or quoted and raw.strip() in ("0", "00")):
+            number += 2000 if number < 70 else 1900  # two-digit years: 1..69 -> 20xx, 70..99 -> 19xx ('0': 2000)
+        return number
     if tc in (TypeCode.ENUM, TypeCode.SET):
-        return raw  # a label: the Delta column stores labels
+        return _member_labels(raw, col.type.members, tc == TypeCode.SET)  # the Delta column stores labels
+    if tc in (TypeCode.DATE, TypeCode.NEWDATE, TypeCode.DATETIME, TypeCode.TIMESTAMP):
+        return _canonical_date_time(raw, tc, col.type.fsp or 0)
+    if tc == TypeCode.TIME:
+        return _canonical_time(raw, col.type.fsp or 0)
     if col.type.binary:
-        return raw.encode("utf-8")
+        data = raw.encode("utf-8")
+        if tc == TypeCode.STRING and col.type.length:  # BINARY(n) pads with zero bytes
+            data = data.ljust(col.type.length, b"\0")
+        return data
     return raw
+
+
+_DATE_TIME = re.compile(r"(\d{1,4})-(\d{1,2})-(\d{1,2})(?:[ T](\d{1,2}):(\d{1,2}):(\d{1,2})(?:\.(\d{0,6}))?)?")
+_TIME = re.compile(r"(-?)(?:(\d{1,3}):(\d{1,2})(?::(\d{1,2}))?|(\d{1,7}))(?:\.(\d{0,6}))?")
+
+
+def _fraction(digits: str | None, fsp: int) -> str:
+    return f".{(digits or '').ljust(6, '0')[:fsp]}" if fsp else ""
+
+
+def _canonical_date_time(raw: str, tc: TypeCode, fsp: int) -> str:
+    """A DATE/DATETIME/TIMESTAMP default in TiDB's own text ('2020-1-2' is '2020-01-02', a DATETIME's
+    '2020-01-02' is '2020-01-02 00:00:00'); text of another shape as written (the write then judges it)."""
+    m = _DATE_TIME.fullmatch(raw.strip())
+    if m is None:
+        return raw
+    y, mo, d, h, mi, sec, frac = m.groups()
+    date = f"{int(y):04d}-{int(mo):02d}-{int(d):02d}"
+    if tc in (TypeCode.DATE, TypeCode.NEWDATE):
+        return date
+    return f"{date} {int(h or 0):02d}:{int(mi or 0):02d}:{int(sec or 0):02d}" + _fraction(frac, fsp)
+
+
+def _canonical_time(raw: str, fsp: int) -> str:
+    """A TIME default in TiDB's own text: '1:2:3' is '01:02:03', 10 is '00:00:10', '1:2' is '01:02:00',
+    112233 is '11:22:33'; text of another shape as written."""
+    m = _TIME.fullmatch(raw.strip())
+    if m is None:
+        return raw
+    sign, h, mi, sec, digits, frac = m.groups()
+    if digits is not None:  # [[H]HMM]SS
+        number = int(digits)
+        h, mi, sec = str(number // 10000), str(number // 100 % 100), str(number % 100)
+    return f"{sign}{int(h):02d}:{int(mi):02d}:{int(sec or 0):02d}" + _fraction(frac, fsp)
+
+
+def _member_labels(raw: str, members: tuple[str, ...], is_set: bool) -> str:
+    """An ENUM/SET default as the column's members spell it (members compare ignoring case, as under the
+    default collations; a SET's in definition order, each once); text that names no member as written."""
+    by_name = {m.lower(): (i, m) for i, m in reversed(list(enumerate(members)))}
+    if not is_set:
+        found = by_name.get(raw.rstrip(" ").lower())
+        return found[1] if found is not None else raw
+    parts = [by_name.get(p.lower()) for p in raw.split(",")] if raw else []
+    if any(p is None for p in parts):
+        return raw
+    return ",".join(m for _, m in sorted(set(p for p in parts if p is not None)))
 
 
 def _number(raw: str) -> Decimal | None:
@@ -203,13 +262,15 @@ def _zero_value(col: "d.ColumnDef") -> Any:
     if tc == TypeCode.ENUM:
         return col.type.members[0] if col.type.members else ""
     if tc == TypeCode.TIME:
-        return "00:00:00"
+        return "00:00:00" + _fraction(None, col.type.fsp or 0)
     if tc == TypeCode.JSON:
         return "null"
+    if tc == TypeCode.VECTOR_FLOAT32:
+        return "[]"
     if tc in (TypeCode.DATE, TypeCode.NEWDATE, TypeCode.DATETIME, TypeCode.TIMESTAMP, TypeCode.NULL):
         return None
     if col.type.binary:
-        return b""
+        return b"\0" * (col.type.length or 0) if tc == TypeCode.STRING else b""  # BINARY(n): n zero bytes
     return ""
 
 

@@ -981,6 +981,11 @@ def _default_text(node: exp.Expr) -> str:
     """The canonical MySQL text of a DEFAULT value (see :class:`ColumnDef`)."""
     if isinstance(node, exp.Introducer):  # _utf8mb4'abc': the charset does not change the value
         node = node.expression
+    if isinstance(node, exp.National):  # N'abc': the national character set, the same text
+        node = exp.Literal.string(node.this)
+    if isinstance(node, exp.Concat) and node.expressions and all(
+            isinstance(e, exp.Literal) and e.is_string for e in node.expressions):
+        node = exp.Literal.string("".join(e.this for e in node.expressions))  # 'a' 'b' is 'ab'
     fsp: exp.Expr | None = None
     if isinstance(node, (exp.CurrentTimestamp, exp.Localtime, exp.Localtimestamp)):
         fsp = node.this
