@@ -589,3 +589,17 @@ def test_clear_uncommitted_log_removes_only_a_killed_first_commits_temporary_fil
     assert not sink.clear_uncommitted_log(committed)
     assert DeltaTable(sink.table_path(*committed)).version() == 0
     assert (Path(sink.table_path(*committed)) / "_delta_log" / ".00000000000000000001.json.0b1e.tmp").exists()
+
+
+def test_renaming_or_dropping_a_partition_column_keeps_the_table_partitioned_by_what_is_left(sink: DeltaRsSink) -> None:
+    """A rewrite kept the old partition columns by name: one renamed or dropped by the DDL made delta-rs
+    refuse the write ("Partition column(s) not found in write schema") and stopped the job."""
+    sink.ensure_table(T1, SCHEMA, ["name"], txn(0))
+    sink.merge(T1, changes([{"id": i, "name": f"n{i % 2}", "v": float(i), "_op": "u"} for i in (1, 2, 3)]),
+               ["id"], txn(1))
+    assert sink.rename_column(T1, "name", "label", txn(2))
+    assert DeltaTable(sink.table_path(*T1)).metadata().partition_columns == ["label"]
+    assert [r["label"] for r in rows_of(sink, T1, "id")] == ["n1", "n0", "n1"]
+    assert sink.drop_column(T1, "label", txn(3))
+    assert DeltaTable(sink.table_path(*T1)).metadata().partition_columns == []
+    assert rows_of(sink, T1, "id") == [{"id": 1, "v": 1.0}, {"id": 2, "v": 2.0}, {"id": 3, "v": 3.0}]

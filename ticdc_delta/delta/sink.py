@@ -1032,12 +1032,15 @@ class DeltaRsSink:
         """
         return self._overwrite(ident, lambda dt, path: table_arrow_schema(dt).empty_table(), txn, "truncate")
 
-    def rewrite(self, ident: TableIdent, transform: Callable[[pa.Table], pa.Table], txn: Txn) -> bool:
+    def rewrite(self, ident: TableIdent, transform: Callable[[pa.Table], pa.Table], txn: Txn,
+                renames: Mapping[str, str] | None = None) -> bool:
         """Replace the table's rows *and schema* with ``transform(current rows)`` in one overwrite commit.
 
         For the DDL Delta cannot express in place without column mapping (DROP / RENAME COLUMN, a type
         change, ADD COLUMN with a DEFAULT for existing rows). The previous rows stay in the table's
-        history (time travel) until a VACUUM. Partitioning is kept. ``True`` when this call rewrote it.
+        history (time travel) until a VACUUM. Partitioning is kept: by the partition columns the output
+        still has, under their new names where ``renames`` (old name -> new) renames them; a partition
+        column the output lacks (dropped) no longer partitions the table. ``True`` when this call rewrote it.
 
         Raises:
             ValueError: bad ``txn``.
@@ -1047,7 +1050,7 @@ class DeltaRsSink:
         def rows(dt: DeltaTable, path: str) -> pa.Table:
             return transform(read_table(path, storage_options=self._storage_options))
 
-        return self._overwrite(ident, rows, txn, "rewrite")
+        return self._overwrite(ident, rows, txn, "rewrite", renames)
 
     def drop_column(self, ident: TableIdent, name: str, txn: Txn) -> bool:
         """DROP COLUMN ``name`` (the table's spelling): a :meth:`rewrite` without it (delta-rs writes no
@@ -1068,7 +1071,8 @@ class DeltaRsSink:
             SinkError: the table is missing.
             ConcurrentCommitError: other writers kept winning.
         """
-        return self.rewrite(ident, lambda t: t.rename_columns([new if n == old else n for n in t.column_names]), txn)
+        return self.rewrite(ident, lambda t: t.rename_columns([new if n == old else n for n in t.column_names]), txn,
+                            {old: new})
 
     def change_column_type(self, ident: TableIdent, name: str, new_type: pa.DataType, txn: Txn) -> bool:
         """Column ``name`` (the table's spelling) as ``new_type``: a :meth:`rewrite` with a cast (the caller
@@ -1104,7 +1108,8 @@ class DeltaRsSink:
             raise SinkError(f"cannot read the Delta log of {path}: {exc}") from exc
 
     def _overwrite(
-        self, ident: TableIdent, rows: Callable[[DeltaTable, str], pa.Table], txn: Txn, action: str
+        self, ident: TableIdent, rows: Callable[[DeltaTable, str], pa.Table], txn: Txn, action: str,
+        renames: Mapping[str, str] | None = None,
     ) -> bool:
         """One overwrite commit (rows and schema) carrying ``txn``, unless it is already committed."""
         txn = check_txn(txn)
@@ -1115,13 +1120,15 @@ class DeltaRsSink:
             if already_applied(dt, txn):
                 return False
             new = rows(dt, path)
-            parts = [c for c in dt.metadata().partition_columns if c in new.column_names]
+            named = [(renames or {}).get(c, c) for c in dt.metadata().partition_columns]
+            # (a list, empty too: None would keep the old partitioning, whose columns may be gone)
+            parts = [c for c in named if c in new.column_names]
             write_deltalake(  # type: ignore[call-overload]  # (its overloads refuse writer_properties=None)
                 dt,
                 new,
                 mode="overwrite",
                 schema_mode="overwrite",
-                partition_by=parts or None,
+                partition_by=parts,
                 writer_properties=self._writer_properties,
                 commit_properties=commit_properties(*txn),
             )
