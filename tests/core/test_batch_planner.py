@@ -141,6 +141,15 @@ def test_rows_and_ddl_of_every_topic_wait_for_the_lowest_topic_watermark() -> No
     assert second.topic_watermarks == {"s_a": 130, "s_b": 130}
 
 
+def test_a_topic_no_longer_read_holds_nothing_back() -> None:
+    """A topic taken out of the configuration keeps its watermark in the state; the bound is over the
+    topics the job reads now (``partitions``)."""
+    state = ConsumerState({("gone", 0): 50})
+    p = plan(state, [row(100, 0, 0, "insert", {"id": 1, "v": "a"})], [rm(0, 1, 120), rm(1, 0, 120)])
+    assert p.held == 0 and final(p.steps[0]) == {(1,): (UPSERT, {"id": 1, "v": "a"})}
+    assert p.topic_watermarks == {"cdc": 120}
+
+
 def test_watermark_regression_is_ignored() -> None:
     p = plan(ConsumerState(), [], [rm(0, 0, 50), rm(0, 1, 40), rm(1, 0, 50)])
     assert p.state.watermarks[("cdc", 0)] == 50 and p.watermark_regressions == 1

@@ -207,8 +207,11 @@ def plan_batch(
 
     released: list[Record] = []
     topic_wms: dict[str, int | None] = {}
-    low = tracker.global_low()
-    for topic in tracker.topics():
+    # the topics the job reads now: a topic taken out of the configuration keeps its watermarks in the
+    # state, and would hold every row back
+    topics = sorted(partitions) if partitions else tracker.topics()
+    low = tracker.global_low(topics)
+    for topic in topics:
         topic_wms[topic] = tracker.topic_watermark(topic)
         released.extend(pending.release(topic, low))
     released.sort(key=apply_order)

@@ -60,9 +60,10 @@ class WatermarkTracker:
                 low = wm
         return low
 
-    def global_low(self) -> int | None:
-        """The minimum over all topics (``None`` if any topic has no watermark yet)."""
-        lows = [self.topic_watermark(t) for t in self._partitions]
+    def global_low(self, topics: Iterable[str] | None = None) -> int | None:
+        """The minimum over ``topics`` (all known topics when None; ``None`` if any of them has no
+        watermark yet)."""
+        lows = [self.topic_watermark(t) for t in (self._partitions if topics is None else topics)]
         if not lows or any(v is None for v in lows):
             return None
         return min(v for v in lows if v is not None)
