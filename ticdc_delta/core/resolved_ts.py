@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-__all__ = ["WatermarkTracker"]
+__all__ = ["WatermarkTracker", "lowest"]
 
 
 class WatermarkTracker:
@@ -63,10 +63,7 @@ class WatermarkTracker:
     def global_low(self, topics: Iterable[str] | None = None) -> int | None:
         """The minimum over ``topics`` (all known topics when None; ``None`` if any of them has no
         watermark yet)."""
-        lows = [self.topic_watermark(t) for t in (self._partitions if topics is None else topics)]
-        if not lows or any(v is None for v in lows):
-            return None
-        return min(v for v in lows if v is not None)
+        return lowest(self.topic_watermark(t) for t in (self._partitions if topics is None else topics))
 
     def snapshot(self) -> dict[tuple[str, int], int]:
         """A copy of the watermarks, for the durable state."""
@@ -74,3 +71,12 @@ class WatermarkTracker:
 
     def topics(self) -> list[str]:
         return sorted(self._partitions)
+
+
+def lowest(watermarks: Iterable[int | None]) -> int | None:
+    """The least of some topics' watermarks: the bound every row is released up to; ``None`` when there
+    is none, or when one of them has none yet (it has promised nothing)."""
+    values = list(watermarks)
+    if not values or any(v is None for v in values):
+        return None
+    return min(v for v in values if v is not None)

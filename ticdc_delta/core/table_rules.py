@@ -32,6 +32,7 @@ from .batch_planner import (
 from .merge import KeyResolver, TableChanges, collapse
 from .pending_buffer import apply_order
 from .records import ChangeRecord, DDLRecord, Record
+from .resolved_ts import lowest
 from .snapshot_seam import SnapshotSeam
 from .ts_guard import TsGuard
 
@@ -189,9 +190,7 @@ class TableRules:
         max_ts = guard.max_ts if guard is not None else None
         covered = self.seam.tsos.get((schema, table)) if self.seam else None  # (SnapshotSeam.covers of a row)
         start, marks, topics = self.start, self.marks, self.topic_watermarks
-        # one bound for every topic of the changefeed (batch_planner's step 2): their lowest watermark
-        values = list(topics.values())
-        low = None if not values or any(v is None for v in values) else min(v for v in values if v is not None)
+        low = lowest(topics.values())  # one bound for every topic of the changefeed (batch_planner's step 2)
 
         def place(ts: int | None, topic: str, partition: int, offset: int, idx: int, held: bool) -> "str | RejectedTs":
             if ts is not None:
