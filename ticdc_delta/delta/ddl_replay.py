@@ -149,7 +149,7 @@ def default_value(col: "d.ColumnDef", commit_ts: int | None, tz: str) -> Any:
             local = moment.astimezone(source_zone(tz)).replace(tzinfo=None)
             fsp = col.type.fsp or 0
             out = local.strftime("%Y-%m-%d %H:%M:%S")
-            return out + (f".{local.microsecond:06d}"[: fsp + 1] if fsp else "")
+            return out + _fraction(f"{local.microsecond:06d}", fsp)
         return None
     if text.startswith("(") or not text:
         log.warning("cannot evaluate the expression default %s of column %s: existing rows get NULL", text, col.name)
