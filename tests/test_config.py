@@ -452,6 +452,7 @@ ERROR_CASES = [
     ({"spark.conf": {"spark.x": [1]}}, r'spark\.conf\["spark\.x"\]: expected a string, number or boolean'),
     ({"ddl.drop_table": "drop"}, r"ddl\.drop_table: Input should be 'evolve', 'ignore' or 'fail'"),
     ({"ddl.unknown": "evolve"}, r"ddl\.unknown: Input should be 'fail' or 'ignore'"),
+    ({"ddl.partition_data": "evolve"}, r"ddl\.partition_data: Input should be 'fail' or 'ignore'"),
 ]
 
 

@@ -763,6 +763,7 @@ class DDLPolicies(_Model):
     create_database: DDLPolicy = "evolve"
     drop_database: DDLPolicy = "ignore"
     no_op: DDLPolicy = "ignore"
+    partition_data: Literal["fail", "ignore"] = "fail"
     unknown: Literal["fail", "ignore"] = "fail"
 
 

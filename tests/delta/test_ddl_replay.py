@@ -130,6 +130,48 @@ def test_policies(tmp_path: Any) -> None:
         h.ddl("ALTER TABLE `s`.`t` DROP COLUMN `a`")
 
 
+@pytest.mark.parametrize(("query", "ddl_type"), [
+    ("ALTER TABLE `s`.`t` TRUNCATE PARTITION `p0`", None),
+    ("ALTER TABLE `s`.`t` DROP PARTITION `p0`, `p1`", None),
+    ("ALTER TABLE `s`.`t` EXCHANGE PARTITION `p0` WITH TABLE `s`.`t2`", None),
+    ("ALTER TABLE `s`.`t` TRUNCATE PARTITION ALL /* a form the parser does not read */ ???", 23),
+])
+def test_partition_ddl_that_removes_rows_stops_the_job_by_default(tmp_path: Any, query: str,
+                                                                  ddl_type: int | None) -> None:
+    """DROP / TRUNCATE / EXCHANGE PARTITION remove or swap rows upstream without row events: the Delta table
+    cannot follow, so the YAML's default (``ddl.partition_data: fail``) stops the job, with the DDL, its
+    commit ts and the ways on in the error; ``ignore`` goes on and keeps the rows."""
+    from ticdc_delta.config import DDLPolicies
+
+    h = Harness(str(tmp_path), DDLPolicies())
+    h.ddl("CREATE TABLE `s`.`t` (`id` BIGINT PRIMARY KEY) PARTITION BY RANGE (`id`) "
+          "(PARTITION `p0` VALUES LESS THAN (10), PARTITION `p1` VALUES LESS THAN (20))")
+    h.rows({"id": 1}, {"id": 15})
+    step = h.ddl_step(query)
+    step = step._replace(ddl_type=ddl_type)
+    with pytest.raises(DDLPolicyError) as raised:
+        h.applier.apply([step], h._next())
+    text = str(raised.value)
+    assert "ddl.partition_data: fail" in text and str(step.commit_ts) in text and query in text
+    assert "ddl.partition_data: ignore" in text and "snapshot" in text
+
+    h.applier._ddl_handler = DDLReplayer(DDLPolicies(partition_data="ignore"))
+    h.applier.apply([step], h._next())
+    h.rows({"id": 2})
+    assert h.read() == [{"id": 1}, {"id": 15}, {"id": 2}]
+
+
+def test_partition_ddl_that_keeps_rows_is_a_no_op(h: Harness) -> None:
+    from ticdc_delta.config import DDLPolicies
+
+    h.applier._ddl_handler = DDLReplayer(DDLPolicies())
+    for query in ("ALTER TABLE `s`.`t` ADD PARTITION (PARTITION `p9` VALUES LESS THAN (90))",
+                  "ALTER TABLE `s`.`t` REORGANIZE PARTITION `p0` INTO (PARTITION `p0a` VALUES LESS THAN (5))",
+                  "ALTER TABLE `s`.`t` REMOVE PARTITIONING"):
+        h.ddl(query)
+    assert [r["id"] for r in h.read()] == [1, 2]
+
+
 @pytest.mark.parametrize(("type_text", "default", "expected"), [
     ("BIGINT", "1234567890123456789", 1234567890123456789),  # (through a float: ...768)
     ("BIGINT", "9007199254740993", 9007199254740993),

@@ -969,21 +969,27 @@ def test_drop_database_evolve_drops_its_tables(policy_run: Run) -> None:
     assert policy_run.sink.table_schema(TableIdent("p_drop_database", "t")) is None
 
 
-def test_drop_column_fail_stops_the_job(broker: Any, spark: Any, tmp_path: Path, job_logs: _Collect) -> None:
-    """``ddl.drop_column: fail``: a terminal DDLPolicyError naming the DDL and its commit ts — again on a
-    re-run (the batch is not skipped), and the column is still there."""
+@pytest.mark.parametrize("cls", ["drop_column", "partition_data"])
+def test_a_fail_policy_stops_the_job(cls: str, broker: Any, spark: Any, tmp_path: Path, job_logs: _Collect
+                                     ) -> None:
+    """``ddl.drop_column: fail``, and ``ddl.partition_data``'s default (``fail``: a TRUNCATE PARTITION
+    removes rows without row events): a terminal DDLPolicyError naming the DDL and its commit ts — again on
+    a re-run (the batch is not skipped), and the table is as it was before the DDL."""
     from ticdc_delta.spark.job import run_job
 
     topic = f"ddl-fail-{uuid.uuid4().hex[:8]}"
     sc = Scenario("open-protocol", {}, partitions=2, topic=topic)
     sc.ddl("CREATE DATABASE `f`")
-    _create(sc, "f", "t", "`id` INT NOT NULL, `v` VARCHAR(10), PRIMARY KEY (`id`)")
+    _create(sc, "f", "t", "`id` INT NOT NULL, `v` VARCHAR(10), PRIMARY KEY (`id`)",
+            " PARTITION BY RANGE (`id`) (PARTITION `p0` VALUES LESS THAN (100))")
     sc.insert("f", "t", id=1, v="a")
     sc.resolved()
-    query = f"ALTER TABLE {_t('f', 't')} DROP COLUMN `v`"
+    query = (f"ALTER TABLE {_t('f', 't')} DROP COLUMN `v`" if cls == "drop_column"
+             else f"ALTER TABLE {_t('f', 't')} TRUNCATE PARTITION `p0`")
     ts = sc.ddl(query)
-    sc.insert("f", "t", id=2)
-    run = _run(Built(sc, []), broker, spark, tmp_path, job_logs, limit=None, ddl={"drop_column": "fail"})
+    sc.insert("f", "t", id=2, v="b")
+    run = _run(Built(sc, []), broker, spark, tmp_path, job_logs, limit=None,
+               ddl={"drop_column": "fail"} if cls == "drop_column" else {})
     for attempt in range(2):
         if attempt:
             try:
@@ -996,8 +1002,10 @@ def test_drop_column_fail_stops_the_job(broker: Any, spark: Any, tmp_path: Path,
         assert isinstance(error, DDLPolicyError), f"attempt {attempt + 1}: expected DDLPolicyError, got {error!r}"
         assert str(ts) in str(error), f"the error does not name the commit ts {ts}: {error}"
         assert query in str(error), f"the error does not name the DDL {query!r}: {error}"
+        assert f"ddl.{cls}: fail" in str(error), error
     schema = run.sink.table_schema(TableIdent("f", "t"))
     assert schema is not None and "v" in schema.names
+    assert sorted(r["id"] for r in run.sink.read(TableIdent("f", "t")).to_pylist()) == [1]
 
 
 # ------------------------------------------------------------------------------------------ a crash

@@ -696,6 +696,8 @@ def test_parse_ddl_never_logs_sqlglot_warnings(caplog: pytest.LogCaptureFixture)
         (CreateDatabase("d"), "create_database"),
         (DropDatabase("d"), "drop_database"),
         (NoOp("index", "x"), "no_op"),
+        (NoOp("partition", "ADD PARTITION"), "no_op"),
+        (NoOp("partition", "TRUNCATE PARTITION", affects_data=True), "partition_data"),
         (Unknown("q", "r"), "unknown"),
     ],
 )

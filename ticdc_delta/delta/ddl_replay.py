@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ..codec.model import INTEGER_TYPES, TypeCode
+from ..config import DDLPolicies
 from ..core.records import DDLRecord
 from ..errors import DDLPolicyError, IdentifierError
 from ..locations import fold_name
@@ -74,6 +75,10 @@ __all__ = ["DDLReplayer", "column_params", "default_value", "ddl_tables"]
 
 log = logging.getLogger(__name__)
 
+
+# A policies object without a class (a partial one, as tests pass) gets the YAML's default for the classes whose
+# default is not evolve (partition_data: fail), and evolve for the others.
+_DEFAULT_POLICIES = {"partition_data": DDLPolicies().partition_data}
 
 _NAME_CHANGES = (d.CreateTable, d.DropTable, d.RenameTable, d.DropDatabase)
 
@@ -287,7 +292,7 @@ class DDLReplayer:
         self.tz = source_timezone
 
     def policy(self, cls: str) -> str:
-        return str(getattr(self.policies, cls, "evolve"))
+        return str(getattr(self.policies, cls, _DEFAULT_POLICIES.get(cls, "evolve")))
 
     def journaled(self, rec: DDLRecord) -> bool:
         """Whether replaying ``rec`` can change which Delta table a name refers to — CREATE / DROP / RENAME
@@ -319,6 +324,18 @@ class DDLReplayer:
             table, schema = getattr(change, "table", None), getattr(change, "schema", rec.schema)
             if table and not applier.options(schema, table).enabled:
                 log.info("table %s.%s is disabled in the mapping: skipping %r", schema, table, rec.query)
+                continue
+            if cls == "partition_data":
+                if policy == "fail":
+                    raise DDLPolicyError(
+                        f"partition_data DDL at commit ts {rec.commit_ts} refused by policy ddl.partition_data: "
+                        f"fail: {rec.query!r} removes or swaps rows upstream without row events, so the Delta "
+                        "table cannot follow it. Set ddl.partition_data: ignore to go on (the Delta table keeps "
+                        "the rows the statement removed, and lacks any it swapped in), or re-load the table "
+                        "with the snapshot command"
+                    )
+                log.warning("ddl.partition_data is ignore: the Delta table keeps the rows %r removed or swapped "
+                            "upstream (commit ts %s)", rec.query, rec.commit_ts)
                 continue
             if policy == "fail":
                 raise DDLPolicyError(

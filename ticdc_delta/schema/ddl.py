@@ -348,12 +348,17 @@ DDL_CLASSES: dict[type[SchemaChange], str] = {
 def ddl_class(change: SchemaChange) -> str:
     """The policy class of ``change``: ``create_table``, ``add_column``, ..., ``no_op``, ``unknown``.
 
+    A :class:`NoOp` that removes or swaps rows without row events (``DROP``/``TRUNCATE``/``EXCHANGE
+    PARTITION``) is ``partition_data``: the Delta table cannot follow it, so it has a policy of its own.
+
     Raises:
         TypeError: ``change`` is not a :class:`SchemaChange`.
     """
     cls = DDL_CLASSES.get(type(change))
     if cls is None:
         raise TypeError(f"not a SchemaChange: {change!r}")
+    if isinstance(change, NoOp) and change.affects_data:
+        return "partition_data"
     return cls
 
 
