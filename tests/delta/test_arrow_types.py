@@ -13,6 +13,7 @@ from tests.codec.cases import ALL_TYPES, B, KEY, N, U
 from tests.delta import ALL_TYPES_PARAMS
 from ticdc_delta.codec.model import ColumnFlag as F, TypeCode as T
 from ticdc_delta.delta.arrow_types import (
+    go_float_text,
     BIGINT_UNSIGNED_TYPE,
     TypeParams,
     arrow_field_for,
@@ -387,3 +388,32 @@ def _format(d: datetime) -> str:
     return (
         f"{d.year:04d}-{d.month:02d}-{d.day:02d} {d.hour:02d}:{d.minute:02d}:{d.second:02d}.{d.microsecond:06d}"
     )
+
+
+@pytest.mark.parametrize(("value", "float32", "text"), [
+    (0.10000000149011612, True, "0.1"),
+    (0.1, False, "0.1"),
+    (0.10000000149011612, False, "0.10000000149011612"),
+    (1e20, False, "100000000000000000000"),
+    (1e-7, False, "0.0000001"),
+    (-0.0, False, "-0"),
+    (1.0, False, "1"),
+    (-2.5, True, "-2.5"),
+    (123456789.0, True, "123456790"),
+    (3.4028234663852886e38, True, "340282350000000000000000000000000000000"),
+    (1e-45, True, "0.000000000000000000000000000000000000000000001"),
+])
+def test_go_float_text(value: float, float32: bool, text: str) -> None:
+    """TiDB's text of a FLOAT/DOUBLE: Go's FormatFloat(v, 'f', -1, 32|64)."""
+    assert go_float_text(value, float32) == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False), st.booleans())
+def test_go_float_text_reads_back_with_the_fewest_digits(value: float, float32: bool) -> None:
+    import numpy
+
+    if float32 and abs(value) > 3.4028234663852886e38:
+        return  # (no single)
+    number = numpy.float32(value) if float32 else value
+    assert go_float_text(value, float32) == numpy.format_float_positional(number, unique=True, trim="-")

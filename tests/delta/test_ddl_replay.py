@@ -92,6 +92,33 @@ def test_drop_rename_modify_column(h: Harness) -> None:
         h.ddl("ALTER TABLE `s`.`t` MODIFY `amount` DECIMAL(4,1)")
 
 
+def test_modify_to_text_prints_old_values_as_tidb_does(tmp_path: Any) -> None:
+    """MODIFY COLUMN to VARCHAR: TiDB rewrites each stored value as its text (``convertToString``): DATETIME
+    and TIMESTAMP with the column's fractional digits (TIMESTAMP in the source zone), FLOAT and DOUBLE in
+    full with the fewest digits that read back (a FLOAT's as a single). Arrow's cast printed six digits and
+    a "Z", the double's digits of a FLOAT, and exponents."""
+    h = Harness(str(tmp_path))
+    h.applier = DeltaApplier(h.sink, "t", ddl_handler=DDLReplayer(EVOLVE, "+08:00"), source_timezone="+08:00")
+    h.ddl("CREATE TABLE `s`.`t` (`id` BIGINT PRIMARY KEY, `dt` DATETIME(3), `ts` TIMESTAMP(2) NULL, `f` FLOAT, "
+          "`db` DOUBLE, `i` INT, `dec` DECIMAL(6,2), `day` DATE)")
+    # (the row images as the codecs give them: text for dates and times, TIMESTAMP in the source zone)
+    types = {"dt": 12, "ts": 7, "f": 4, "db": 5, "i": 3, "dec": 246, "day": 10}
+    h.rows({"id": 1, "dt": "2024-01-02 03:04:05.120", "ts": "2024-06-30 23:59:59.50", "f": 0.10000000149011612,
+            "db": 1e20, "i": -5, "dec": "1.50", "day": "2024-02-29"},
+           {"id": 2, "dt": "1999-12-31 00:00:00.000", "ts": "2024-01-01 07:00:00.00", "f": 3.4028234663852886e38,
+            "db": 1e-7, "i": 0, "dec": "-0.01", "day": "0001-01-01"},
+           {"id": 3}, types=types)
+    h.ddl("ALTER TABLE `s`.`t` " + ", ".join(f"MODIFY `{c}` VARCHAR(64)" for c in types))
+    assert all(h.schema().field(c).type == pa.string() for c in types)
+    assert [{k: v for k, v in r.items() if k != "id"} for r in h.read()] == [
+        {"dt": "2024-01-02 03:04:05.120", "ts": "2024-06-30 23:59:59.50", "f": "0.1", "db": "100000000000000000000",
+         "i": "-5", "dec": "1.50", "day": "2024-02-29"},
+        {"dt": "1999-12-31 00:00:00.000", "ts": "2024-01-01 07:00:00.00", "f": "340282350000000000000000000000000000000",
+         "db": "0.0000001", "i": "0", "dec": "-0.01", "day": "0001-01-01"},
+        dict.fromkeys(types),
+    ]
+
+
 def test_truncate_rename_drop_table(h: Harness) -> None:
     h.ddl("RENAME TABLE `s`.`t` TO `s`.`t2`")
     assert h.schema() is None and len(h.read("t2")) == 2

@@ -358,6 +358,26 @@ def _modify_float_double(sc: Scenario, s: str, phase: str) -> None:
         sc.update(s, "t", {"id": 1}, f=1e300)
 
 
+def _modify_to_text(sc: Scenario, s: str, phase: str) -> None:
+    """Columns that become VARCHAR keep their old values as TiDB prints them: the column's fractional
+    digits, TIMESTAMP in the source zone, numbers in full (a FLOAT with its single-precision digits)."""
+    cols = {"dt": "DATETIME(3)", "ts": "TIMESTAMP(2) NULL", "f": "FLOAT", "db": "DOUBLE", "i": "INT",
+            "dec": "DECIMAL(6,2)", "day": "DATE"}
+    if phase == SETUP:
+        _create(sc, s, "t", "`id` INT NOT NULL, " + ", ".join(f"`{c}` {t}" for c, t in cols.items())
+                + ", PRIMARY KEY (`id`)")
+        sc.insert(s, "t", id=1, dt="2024-01-02 03:04:05.120", ts="2024-06-30 23:59:59.50", f=0.1, db=1e20, i=-5,
+                  dec="1.50", day="2024-02-29")
+        sc.insert(s, "t", id=2, dt="1999-12-31 00:00:00.000", ts="2024-01-01 00:00:00.00", f=3.4028234e38,
+                  db=1e-7, i=0, dec="-0.01", day="0001-01-01")
+        sc.insert(s, "t", id=3)
+    elif phase == CHANGE:
+        sc.ddl(f"ALTER TABLE {_t(s, 't')} " + ", ".join(f"MODIFY COLUMN `{c}` VARCHAR(64)" for c in cols))
+    else:
+        sc.insert(s, "t", id=4, dt="later", f="2.5")
+        sc.update(s, "t", {"id": 1}, db="x")
+
+
 def _set_drop_default(sc: Scenario, s: str, phase: str) -> None:
     if phase == SETUP:
         _create(sc, s, "t", "`id` INT NOT NULL, `c` VARCHAR(5) DEFAULT 'a', `d` INT DEFAULT 5, PRIMARY KEY (`id`)")
@@ -501,6 +521,7 @@ MATRIX: list[Case] = [
     Case("modify_varchar_length", _modify_varchar_length),
     Case("modify_decimal", _modify_decimal),
     Case("modify_float_double", _modify_float_double),
+    Case("modify_to_text", _modify_to_text),
     Case("set_drop_default", _set_drop_default),
     Case("add_primary_key", _add_primary_key),
     Case("widen_primary_key", _widen_primary_key),

@@ -45,7 +45,8 @@ class TableCatalog:
                 table = table.lower()
             self._params[table] = {
                 name: TypeParams(p.get("precision"), p.get("scale"),
-                                 tuple(p["members"]) if p.get("members") is not None else None, p.get("fsp"))
+                                 tuple(p["members"]) if p.get("members") is not None else None, p.get("fsp"),
+                                 p.get("float32"))
                 for name, p in cols.items()
             }
 
@@ -89,7 +90,8 @@ class TableCatalog:
         return {
             table: {
                 name: {"precision": p.precision, "scale": p.scale,
-                       "members": list(p.members) if p.members is not None else None, "fsp": p.fsp}
+                       "members": list(p.members) if p.members is not None else None, "fsp": p.fsp,
+                       **({"float32": True} if p.float32 else {})}
                 for name, p in cols.items()
             }
             for table, cols in self._params.items()

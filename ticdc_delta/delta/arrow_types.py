@@ -60,6 +60,7 @@ Choices worth knowing:
 from __future__ import annotations
 
 import re
+import struct
 from datetime import date, datetime, timedelta, timezone, tzinfo
 from decimal import Context, Decimal, InvalidOperation
 from functools import lru_cache
@@ -91,6 +92,9 @@ __all__ = [
     "integer_value",
     "to_arrow_array",
     "canonical_from_delta",
+    "TextSource",
+    "go_float_text",
+    "tidb_text",
     "source_zone",
     "widens",
 ]
@@ -128,14 +132,16 @@ class TypeParams(NamedTuple):
     """What a DDL adds to a column's type code; every field is optional.
 
     ``precision``/``scale`` of DECIMAL (MySQL's ``DECIMAL(p)`` means scale 0); ``members`` of ENUM/SET in
-    definition order; ``fsp`` (fractional seconds precision, 0..6) of DATETIME/TIMESTAMP, used only to
-    print values back in TiDB's format (:func:`canonical_from_delta`).
+    definition order; ``fsp`` (fractional seconds precision, 0..6) of DATETIME/TIMESTAMP and ``float32``
+    (``True`` for FLOAT, whose single-precision values a Delta ``double`` holds), used only to print values
+    in TiDB's format (:func:`canonical_from_delta`, :func:`tidb_text`).
     """
 
     precision: int | None = None
     scale: int | None = None
     members: tuple[str, ...] | None = None
     fsp: int | None = None
+    float32: bool | None = None
 
 
 _NO_PARAMS = TypeParams()
@@ -593,6 +599,64 @@ def _format_wall_clock(d: datetime, fsp: int | None) -> str:
     if fsp is None:
         return f"{text}.{d.microsecond:06d}" if d.microsecond else text
     return f"{text}.{d.microsecond:06d}"[: len(text) + 1 + fsp] if fsp > 0 else text
+
+
+class TextSource(NamedTuple):
+    """What :func:`tidb_text` needs to print a column's values as TiDB does: the column's type parameters
+    before the DDL (``None`` when no DDL gave any) and the zone TIMESTAMP values are shown in."""
+
+    params: TypeParams | None
+    tz: str = "UTC"
+
+
+def go_float_text(value: float, float32: bool = False) -> str:
+    """A FLOAT (``float32``) or DOUBLE value as TiDB turns it into text (Go's ``strconv.FormatFloat(v, 'f',
+    -1, 32|64)``): the fewest digits that read back as the same single or double, never an exponent
+    (``1e20`` is ``100000000000000000000``, ``1.0`` is ``1``)."""
+    if float32:
+        single = struct.unpack("<f", struct.pack("<f", value))[0]
+        digits = repr(single)
+        for precision in range(1, 10):
+            text = f"{single:.{precision}g}"
+            try:
+                if struct.unpack("<f", struct.pack("<f", float(text)))[0] == single:
+                    digits = text
+                    break
+            except OverflowError:  # rounded up past the largest single
+                continue
+    else:
+        digits = repr(value)
+    text = format(Decimal(digits), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def tidb_text(column: pa.Array | pa.ChunkedArray, source: TextSource) -> pa.Array | None:
+    """``column``'s values as the text TiDB gives them when MODIFY COLUMN makes the column a string type,
+    where Arrow's cast prints them otherwise: DATETIME and TIMESTAMP (``timestamp``: TiDB's
+    ``YYYY-MM-DD HH:MM:SS[.fff]`` with the column's fractional digits, TIMESTAMP in ``source.tz``; Arrow
+    prints six digits and a ``Z``) and FLOAT/DOUBLE (:func:`go_float_text`; Arrow prints ``1e+20``).
+    ``None`` for the other types, whose Arrow text is TiDB's (integers, DECIMAL with its scale, DATE).
+    """
+    params = source.params or _NO_PARAMS
+    kind = column.type
+    convert: Callable[[Any], str]
+    if pa.types.is_timestamp(kind):
+        if kind.tz is None:
+            def convert(v: Any) -> str:
+                return _format_wall_clock(v, params.fsp)
+        else:
+            zone = source_zone(source.tz)
+
+            def convert(v: Any) -> str:
+                return _format_wall_clock(v.astimezone(zone).replace(tzinfo=None), params.fsp)
+    elif pa.types.is_floating(kind):
+        single = bool(params.float32)
+
+        def convert(v: Any) -> str:
+            return go_float_text(v, single)
+    else:
+        return None
+    return pa.array([None if v is None else convert(v) for v in column.to_pylist()], pa.string())
 
 
 def canonical_from_delta(

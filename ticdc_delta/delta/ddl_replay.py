@@ -65,7 +65,7 @@ from ..core.records import DDLRecord
 from ..errors import DDLPolicyError, IdentifierError
 from ..locations import fold_name
 from ..schema import ddl as d
-from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, converter_for, source_zone, widens
+from .arrow_types import TextSource, TypeParams, arrow_field_for, arrow_type_for, converter_for, source_zone, widens
 from .sink import TableIdent, Txn
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -112,7 +112,8 @@ def ddl_tables(rec: DDLRecord, *, case_sensitive: bool = False) -> frozenset[tup
 def column_params(col: "d.ColumnDef") -> TypeParams:
     """The type parameters the Delta mapping needs from a DDL column."""
     t = col.type
-    return TypeParams(t.precision, t.scale, tuple(t.members) if t.members else None, t.fsp)
+    return TypeParams(t.precision, t.scale, tuple(t.members) if t.members else None, t.fsp,
+                      True if t.type_code == TypeCode.FLOAT else None)
 
 
 def _unquote(text: str) -> str:
@@ -499,6 +500,7 @@ class DDLReplayer:
         name = _find(existing, change.name)
         col = change.column
         params = column_params(col)
+        before = applier.catalog.params(ident.schema, ident.table, col.name)
         applier.catalog.set_params(ident.schema, ident.table, col.name, params)
         if name is None:
             return False
@@ -512,7 +514,8 @@ class DDLReplayer:
                 f"{old_type} to {new_type}, which would lose data; set ddl.modify_column: ignore to keep the "
                 f"Delta type: {rec.query!r}"
             )
-        return bool(applier.sink.change_column_type(ident, name, new_type, txn))
+        # (a column that becomes text keeps its old values as TiDB prints them: the DDL's own reorg does)
+        return bool(applier.sink.change_column_type(ident, name, new_type, txn, TextSource(before, self.tz)))
 
 
 _NAME_FIELDS = ("schema", "table", "new_schema", "new_table")

@@ -53,6 +53,7 @@ from deltalake import (
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
 
+from ticdc_delta.delta.arrow_types import TextSource, tidb_text
 from ticdc_delta.errors import ConcurrentCommitError, SinkError
 from ticdc_delta.locations import (
     check_inside,
@@ -283,9 +284,11 @@ class TableSink(Protocol):
         """
         ...
 
-    def change_column_type(self, ident: TableIdent, name: str, new_type: pa.DataType, txn: Txn) -> bool:
+    def change_column_type(self, ident: TableIdent, name: str, new_type: pa.DataType, txn: Txn,
+                           text: TextSource | None = None) -> bool:
         """Give column ``name`` the wider type ``new_type`` (the caller checked that every value fits);
-        ``True`` unless already done.
+        ``True`` unless already done. A string ``new_type`` with ``text`` prints the old values as TiDB
+        does (:func:`~ticdc_delta.delta.arrow_types.tidb_text`).
 
         Raises:
             SinkError: the table is missing, or a value cannot be cast.
@@ -523,29 +526,34 @@ def already_applied(dt: DeltaTable, txn: Txn) -> bool:
     return committed is not None and committed >= txn.version
 
 
-def cast_column(name: str, new_type: pa.DataType) -> Callable[[pa.Table], pa.Table]:
+def cast_column(name: str, new_type: pa.DataType, text: TextSource | None = None) -> Callable[[pa.Table], pa.Table]:
     """A table transform casting column ``name`` to ``new_type`` (for rewrites: picklable, runs on
-    executors too).
+    executors too); to a string type with ``text``, values print as TiDB prints them
+    (:func:`~ticdc_delta.delta.arrow_types.tidb_text`).
 
     The transform raises SinkError when a value cannot be cast.
     """
-    return cast_columns({name: new_type})
+    return cast_columns({name: new_type}, {name: text} if text is not None else None)
 
 
-def cast_columns(types: Mapping[str, pa.DataType]) -> Callable[[pa.Table], pa.Table]:
+def cast_columns(types: Mapping[str, pa.DataType],
+                 texts: Mapping[str, TextSource] | None = None) -> Callable[[pa.Table], pa.Table]:
     """A table transform casting each column of ``types`` (``{name: new type}``) to its type, as
-    :func:`cast_column`.
+    :func:`cast_column` (``texts``: ``{name: TextSource}`` of the columns that become strings).
 
     The transform raises SinkError when a value cannot be cast.
     """
     wanted = dict(types)
+    as_text = dict(texts or {})
 
     def cast(table: pa.Table) -> pa.Table:
         for name, new_type in wanted.items():
             i = table.column_names.index(name)
             old_type = table.schema.field(i).type
             try:
-                column = table.column(i).cast(new_type)
+                printed = (tidb_text(table.column(i), as_text[name])
+                           if name in as_text and pa.types.is_string(new_type) else None)
+                column = printed if printed is not None else table.column(i).cast(new_type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 raise SinkError(f"cannot cast {name} from {old_type} to {new_type}: {exc}") from exc
             table = table.set_column(i, pa.field(name, new_type), column)
@@ -1074,16 +1082,18 @@ class DeltaRsSink:
         return self.rewrite(ident, lambda t: t.rename_columns([new if n == old else n for n in t.column_names]), txn,
                             {old: new})
 
-    def change_column_type(self, ident: TableIdent, name: str, new_type: pa.DataType, txn: Txn) -> bool:
+    def change_column_type(self, ident: TableIdent, name: str, new_type: pa.DataType, txn: Txn,
+                           text: TextSource | None = None) -> bool:
         """Column ``name`` (the table's spelling) as ``new_type``: a :meth:`rewrite` with a cast (the caller
-        checks that the change loses nothing: :func:`~ticdc_delta.delta.arrow_types.widens`).
+        checks that the change loses nothing: :func:`~ticdc_delta.delta.arrow_types.widens`; ``text``: as
+        :func:`cast_column`).
 
         Raises:
             ValueError: bad ``txn``.
             SinkError: the table is missing, or a value cannot be cast.
             ConcurrentCommitError: other writers kept winning.
         """
-        return self.rewrite(ident, cast_column(name, new_type), txn)
+        return self.rewrite(ident, cast_column(name, new_type, text), txn)
 
     def change_column_types(self, ident: TableIdent, types: Mapping[str, pa.DataType], txn: Txn) -> bool:
         """Each column of ``types`` (the table's spelling) as its type: one :meth:`rewrite` with the casts.

@@ -71,6 +71,8 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
+import numpy
+
 from ..codec import encoder_for
 from ..codec.base import EventEncoder
 from ..codec.model import (
@@ -312,6 +314,29 @@ def _as_label(col: ModelColumn, value: Any) -> Any:
 def _float32(value: float) -> float:
     """``value`` as TiDB stores a FLOAT (single precision), widened back to a Python float."""
     return float(struct.unpack("<f", struct.pack("<f", value))[0])
+
+
+def _is_text(col: ModelColumn) -> bool:
+    return col.type_code in _TEXT_TYPES and not col.type.binary
+
+
+def _as_text(col: ModelColumn, value: Any) -> Any:
+    """A model value of ``col`` as the text TiDB's MODIFY COLUMN to a string type gives it (``Datum``'s
+    ``convertToString``): numbers in full, never an exponent (FLOAT with the fewest digits that read back as
+    the same single), BIT as its number, ENUM/SET as their labels; text values (dates, times, DECIMAL, JSON)
+    as they are."""
+    tc = col.type_code
+    if value is None or isinstance(value, (str, bytes)):
+        return value
+    if tc == _T.FLOAT:
+        return numpy.format_float_positional(numpy.float32(value), unique=True, trim="-")
+    if tc == _T.DOUBLE:
+        return numpy.format_float_positional(float(value), unique=True, trim="-")
+    if tc == _T.ENUM:
+        return col.type.members[value - 1] if value else ""
+    if tc == _T.SET:
+        return ",".join(m for i, m in enumerate(col.type.members) if value >> i & 1)
+    return str(value)
 
 
 def _decimal_text(col: ModelColumn, value: Any, where: str) -> str:
@@ -1115,8 +1140,10 @@ class Scenario:
                           cdef.generated)
         if new.default is not None:
             _default_value(new, ts, where)
-        # TiDB re-reads every stored value in the new type (a DECIMAL shows the new scale)
-        values = [_canonical(new, row[col.name], where) for row in t.rows]
+        # TiDB re-reads every stored value in the new type (a DECIMAL shows the new scale; a column that
+        # becomes text shows its old values as TiDB prints them)
+        values = [_canonical(new, _as_text(col, row[col.name]) if _is_text(new) else row[col.name], where)
+                  for row in t.rows]
         i = t.position(col.name)
         t.columns[i] = new
         if change.position is not None:

@@ -58,6 +58,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 import pyarrow as pa
 from deltalake import DeltaTable as RsTable, Field as DeltaField
 
+from ..delta.arrow_types import TextSource
 from ..delta.sink import (
     DeltaRsSink,
     MergeStats,
@@ -519,18 +520,21 @@ class SparkDeltaSink:
 
         return self._unless_applied("rename column of", ident, txn, act)
 
-    def change_column_type(self, ident: TableIdent, name: str, new_type: pa.DataType, txn: Txn) -> bool:
+    def change_column_type(self, ident: TableIdent, name: str, new_type: pa.DataType, txn: Txn,
+                           text: TextSource | None = None) -> bool:
         """Column ``name`` (the table's spelling) as the wider ``new_type``: with ``type_widening``, in place
-        where Delta can widen it (:func:`delta_widens_in_place`), else a rewrite with a cast.
+        where Delta can widen it (:func:`delta_widens_in_place`), else a rewrite with a cast (to a string
+        type with ``text``: values printed as TiDB prints them, :func:`~ticdc_delta.delta.sink.cast_column`).
 
         Raises:
             ValueError: bad ``txn``.
             SinkError: the table is missing, or a value cannot be cast.
             ConcurrentCommitError: other writers kept winning.
         """
-        return self.change_column_types(ident, {name: new_type}, txn)
+        return self.change_column_types(ident, {name: new_type}, txn, {name: text} if text is not None else None)
 
-    def change_column_types(self, ident: TableIdent, types: Mapping[str, pa.DataType], txn: Txn) -> bool:
+    def change_column_types(self, ident: TableIdent, types: Mapping[str, pa.DataType], txn: Txn,
+                            texts: Mapping[str, TextSource] | None = None) -> bool:
         """Each column of ``types`` (the table's spelling) as its wider type, as one step: with
         ``type_widening`` and when Delta can widen every one of them in place, ``ALTER COLUMN … TYPE`` each,
         else one rewrite with the casts. Columns gone or already of their type are left alone.
@@ -551,7 +555,7 @@ class SparkDeltaSink:
                 return False
             if not (self.type_widening and all(delta_widens_in_place(schema.field(name).type, t)
                                                for name, t in todo.items())):
-                return self._rewrite_now(dt, path, cast_columns(todo), txn)
+                return self._rewrite_now(dt, path, cast_columns(todo, texts), txn)
             self._support_types(dt, path, todo.values())
             if dt.metadata().configuration.get(TYPE_WIDENING_PROPERTY) != "true":
                 self._alter(path, set_tblproperties({TYPE_WIDENING_PROPERTY: "true"}))
