@@ -1008,7 +1008,7 @@ def test_a_fail_policy_stops_the_job(cls: str, broker: Any, spark: Any, tmp_path
     query = (f"ALTER TABLE {_t('f', 't')} DROP COLUMN `v`" if cls == "drop_column"
              else f"ALTER TABLE {_t('f', 't')} TRUNCATE PARTITION `p0`")
     ts = sc.ddl(query)
-    sc.insert("f", "t", id=2, v="b")
+    sc.insert("f", "t", id=2)
     run = _run(Built(sc, []), broker, spark, tmp_path, job_logs, limit=None,
                ddl={"drop_column": "fail"} if cls == "drop_column" else {})
     for attempt in range(2):
