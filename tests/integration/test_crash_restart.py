@@ -74,7 +74,7 @@ def _wait_for_a_random_moment(proc: subprocess.Popen[bytes], rnd: random.Random,
 def test_sigkill_at_random_moments_then_restart(broker: Any, tmp_path: Path, unique_name: Any) -> None:
     rnd = random.Random(int(os.environ.get("TICDC_DELTA_SOAK_SEED", "20261122")))
     topic = unique_name("crash")
-    events, kills_wanted = (20000, 8) if SOAK else (1500, 3)
+    events, kills_wanted = (20000, 8) if SOAK else (1500, 2)
     options = {"max-batch-size": "4"}
     result = simulate("open-protocol", options, seed=21, events=events, tables=3, partitions=3,
                       sink=KafkaSink(broker.bootstrap_servers, topic, 3), topic=topic)

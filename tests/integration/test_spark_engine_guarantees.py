@@ -203,19 +203,19 @@ def test_driver_jvm_keeps_no_session_per_batch(broker: Any, spark: Any, tmp_path
     driver's JVM holds as many sessions after the 16th batch as after the 4th. Spark's cache manager used to
     copy the session for every ``persist`` and Delta's re-cache after every commit, and each batch's merge
     threads made new sessions: ~5 sessions that were never freed, per batch, and a heap that grew until a
-    long-running job ran out of it."""
+    long-running job ran out of it (~20 more sessions after the 8th batch than after the 4th)."""
     topic = unique_name("sessions")
     oracle, source = _stream(broker, topic, "canal-json", tmp_path, events=300, seed=11, tables=3)
-    source["max_offsets_per_trigger"] = max(10, oracle.counts["messages"] // 20)
+    source["max_offsets_per_trigger"] = max(10, oracle.counts["messages"] // 10)
     cfg = _config(tmp_path, "job", source, "spark", sink={"merge_threads": 3})
     sampler = BatchHeapSampler(spark, 4)
     with capture_logs("ticdc_delta.progress", sampler):
-        assert run_job(cfg, once=True, spark=spark) >= 16
+        assert run_job(cfg, once=True, spark=spark) >= 8
     _assert_matches(cfg, oracle)
     sessions = {s["batch"]: s["sessions"] for s in sampler.samples}
     print(f"live SparkSession objects in the driver's JVM after batches 4, 8, ...: {sessions}")
-    assert sessions[16] - sessions[4] <= 2, (
-        f"the driver's JVM gained {sessions[16] - sessions[4]} sessions in 12 micro-batches")
+    assert sessions[8] - sessions[4] <= 2, (
+        f"the driver's JVM gained {sessions[8] - sessions[4]} sessions in 4 micro-batches")
 
 
 # --- 3. SIGKILL at random moments, then restart -----------------------------------------------------------

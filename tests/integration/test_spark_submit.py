@@ -54,31 +54,7 @@ def test_the_job_under_spark_submit_keeps_what_spark_submit_set(broker: Any, tmp
                       sink=KafkaSink(broker.bootstrap_servers, topic, 2), topic=topic)
     cfg_path = canal_job_yaml(tmp_path, "submitted", broker.bootstrap_servers, topic, "spark",
                               'spark: {conf: {spark.sql.shuffle.partitions: "5"}}\n')
-    # (the session's settings as the job sees them, printed by a probe run in the same way)
-    probe = tmp_path / "probe.py"
-    probe.write_text(
-        "import sys\n"
-        "from ticdc_delta.config import load_config\n"
-        "from ticdc_delta.spark.job import spark_for\n"
-        "spark = spark_for(load_config(sys.argv[1]))\n"
-        "for key in ('spark.sql.shuffle.partitions', 'spark.default.parallelism', 'spark.sql.adaptive.enabled',\n"
-        "            'spark.sql.codegen.cache.maxEntries', 'spark.master', 'spark.app.name'):\n"
-        "    print('SETTING', key, spark.sparkContext.getConf().get(key))\n"
-        "spark.stop()\n"
-    )
     submitted = ("--conf", "spark.sql.shuffle.partitions=3", "--conf", "spark.default.parallelism=3")
-    seen = _spark_submit(*submitted, "--name", "orders-cdc", str(probe), str(cfg_path), timeout=300)
-    assert seen.returncode == 0, seen.stderr[-3000:]
-    settings = dict(line.split()[1:3] for line in seen.stdout.splitlines() if line.startswith("SETTING "))
-    assert settings == {
-        "spark.sql.shuffle.partitions": "3",  # spark-submit's, not the YAML's 5 nor the default 2
-        "spark.default.parallelism": "3",
-        "spark.sql.adaptive.enabled": "false",  # the job's defaults where spark-submit set nothing
-        "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
-        "spark.master": "local[1]",
-        "spark.app.name": "orders-cdc",  # spark-submit's --name, not the job's own
-    }
-
     run = _spark_submit(*submitted, "jobs/ticdc_to_delta.py", "--config", str(cfg_path), "--once")
     assert run.returncode == 0, run.stderr[-3000:]
     # (spark-submit merges the Python driver's stderr into its stdout)
@@ -86,6 +62,18 @@ def test_the_job_under_spark_submit_keeps_what_spark_submit_set(broker: Any, tmp
             if "keeping the settings spark-submit gave: " in line]
     assert said and {"spark.default.parallelism", "spark.sql.shuffle.partitions"} <= set(said[0].split(", "))
     assert "spark.app.name" not in said[0]  # no --name: spark-submit's default (the script's name) gives way
+    # the session the job started, as it logs it
+    started = [line.split("Spark session ", 1)[1] for line in run.stdout.splitlines() if "Spark session '" in line]
+    assert len(started) == 1, run.stdout[-3000:]
+    name, rest = started[0].split(" on ", 1)
+    master, shown = rest.split(": ", 1)
+    assert (name, master) == ("'ticdc-delta-submitted'", "local[1]")  # the job's own name, spark-submit's master
+    assert dict(item.split("=", 1) for item in shown.split(", ")) == {
+        "spark.sql.shuffle.partitions": "3",  # spark-submit's, not the YAML's 5 nor the default 2
+        "spark.default.parallelism": "3",
+        "spark.sql.adaptive.enabled": "false",  # the job's defaults where spark-submit set nothing
+        "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
+    }
     cfg = load_config(cfg_path)
     diffs = compare_with_oracle(_ConfiguredSink(cfg), result.oracle, tz=cfg.sink.source_timezone)
     assert not [d.describe() for d in diffs if not d.ok]

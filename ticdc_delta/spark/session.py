@@ -351,6 +351,7 @@ def get_or_create_spark(
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("WARN")
+        log.info("Spark session %s", describe_session(spark))
     else:
         spark = active
         for key, value in (confs or {}).items():
@@ -359,6 +360,20 @@ def get_or_create_spark(
             except Exception as exc:  # static settings cannot change on a running session
                 log.warning("keeping %s of the running SparkSession: %s", key, exc)
     return spark
+
+
+SESSION_SUMMARY = ("spark.sql.shuffle.partitions", "spark.default.parallelism", "spark.sql.adaptive.enabled",
+                   "spark.sql.codegen.cache.maxEntries")
+"""The settings :func:`describe_session` shows, besides the application's name and master."""
+
+
+def describe_session(spark: "SparkSession") -> str:
+    """``'<app name>' on <master>: <key>=<value>, ...`` for the settings of :data:`SESSION_SUMMARY` as the
+    session has them (what the job logs when it starts one: which of the job's defaults, the YAML's
+    ``spark.conf`` and spark-submit's own settings won)."""
+    conf = spark.sparkContext.getConf()
+    shown = ", ".join(f"{key}={conf.get(key, None) or spark.conf.get(key, None)}" for key in SESSION_SUMMARY)
+    return f"{conf.get('spark.app.name')!r} on {conf.get('spark.master')}: {shown}"
 
 
 def own_session(spark: "SparkSession") -> "SparkSession":
