@@ -13,6 +13,8 @@ from tests.codec.cases import ALL_TYPES, B, KEY, N, U
 from tests.delta import ALL_TYPES_PARAMS
 from ticdc_delta.codec.model import ColumnFlag as F, TypeCode as T
 from ticdc_delta.delta.arrow_types import (
+    Narrowing,
+    narrowed,
     go_float_text,
     BIGINT_UNSIGNED_TYPE,
     TypeParams,
@@ -417,3 +419,28 @@ def test_go_float_text_reads_back_with_the_fewest_digits(value: float, float32: 
         return  # (no single)
     number = numpy.float32(value) if float32 else value
     assert go_float_text(value, float32) == numpy.format_float_positional(number, unique=True, trim="-")
+
+
+@pytest.mark.parametrize(("values", "kind", "how", "expected"), [
+    # TIME text: half up on the signed duration (Go's Time.Round), carrying into the hours
+    (["12:34:56.123456", "-00:00:00.5", "-12:00:00.449999", "99:59:59.95", None], pa.string(), Narrowing(fsp=0),
+     ["12:34:56", "00:00:00", "-12:00:00", "100:00:00", None]),
+    (["12:34:56.123556", "-01:00:00.0004"], pa.string(), Narrowing(fsp=3), ["12:34:56.124", "-01:00:00.000"]),
+    # DATETIME / TIMESTAMP: the fraction half up, carrying into the seconds, the day, the year
+    ([datetime(2024, 12, 31, 23, 59, 59, 995000), datetime(1969, 12, 31, 23, 59, 59, 500000), None],
+     pa.timestamp("us"), Narrowing(fsp=2), [datetime(2025, 1, 1), datetime(1969, 12, 31, 23, 59, 59, 500000), None]),
+    ([datetime(1969, 12, 31, 23, 59, 59, 500000)], pa.timestamp("us"), Narrowing(fsp=0), [datetime(1970, 1, 1)]),
+    ([datetime(2024, 6, 30, 12, 0, 0, 499999, tzinfo=timezone.utc)], pa.timestamp("us", tz="UTC"),
+     Narrowing(fsp=0), [datetime(2024, 6, 30, 12, 0, 0, tzinfo=timezone.utc)]),
+    # DOUBLE -> FLOAT: the nearest single (a single stays as it is)
+    ([0.1, 0.10000000149011612, -2.5, None], pa.float64(), Narrowing(float32=True),
+     [0.10000000149011612, 0.10000000149011612, -2.5, None]),
+])
+def test_narrowed_rounds_as_tidb_does(values: list, kind: pa.DataType, how: Narrowing, expected: list) -> None:
+    got = narrowed(pa.array(values, kind), how)
+    assert got.type == kind and got.to_pylist() == expected
+
+
+def test_narrowed_refuses_a_time_text_it_cannot_read() -> None:
+    with pytest.raises(SinkError, match="cannot round the TIME value"):
+        narrowed(pa.array(["noon"]), Narrowing(fsp=0))

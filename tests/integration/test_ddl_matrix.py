@@ -378,6 +378,27 @@ def _modify_to_text(sc: Scenario, s: str, phase: str) -> None:
         sc.update(s, "t", {"id": 1}, db="x")
 
 
+def _modify_narrower(sc: Scenario, s: str, phase: str) -> None:
+    """Less precision in the same Delta type: TiDB rounds the stored values (half up, carrying into the
+    seconds, the day, the year) and DOUBLE → FLOAT rounds to a single."""
+    if phase == SETUP:
+        _create(sc, s, "t", "`id` INT NOT NULL, `dt` DATETIME(6), `ts` TIMESTAMP(3) NULL, `tm` TIME(6), `d` DOUBLE, "
+                            "PRIMARY KEY (`id`)")
+        sc.insert(s, "t", id=1, dt="2024-12-31 23:59:59.995000", ts="2024-06-30 12:00:00.500", tm="-00:00:00.050000",
+                  d=0.1)
+        sc.insert(s, "t", id=2, dt="1969-12-31 23:59:59.004999", ts="2024-06-30 12:00:00.499", tm="12:34:56.789012",
+                  d=1e300 / 1e290)
+        sc.insert(s, "t", id=3)
+    elif phase == CHANGE:
+        t = _t(s, "t")
+        sc.ddl(f"ALTER TABLE {t} MODIFY COLUMN `dt` DATETIME(2), MODIFY COLUMN `ts` TIMESTAMP NULL")
+        sc.ddl(f"ALTER TABLE {t} MODIFY COLUMN `tm` TIME(1)")
+        sc.ddl(f"ALTER TABLE {t} MODIFY COLUMN `d` FLOAT")
+    else:
+        sc.insert(s, "t", id=4, dt="2000-01-01 00:00:00.12", ts="2000-01-01 00:00:01", tm="01:02:03.4", d=2.5)
+        sc.update(s, "t", {"id": 2}, d=0.2)
+
+
 def _set_drop_default(sc: Scenario, s: str, phase: str) -> None:
     if phase == SETUP:
         _create(sc, s, "t", "`id` INT NOT NULL, `c` VARCHAR(5) DEFAULT 'a', `d` INT DEFAULT 5, PRIMARY KEY (`id`)")
@@ -522,6 +543,7 @@ MATRIX: list[Case] = [
     Case("modify_decimal", _modify_decimal),
     Case("modify_float_double", _modify_float_double),
     Case("modify_to_text", _modify_to_text),
+    Case("modify_narrower", _modify_narrower),
     Case("set_drop_default", _set_drop_default),
     Case("add_primary_key", _add_primary_key),
     Case("widen_primary_key", _widen_primary_key),

@@ -93,6 +93,8 @@ __all__ = [
     "to_arrow_array",
     "canonical_from_delta",
     "TextSource",
+    "Narrowing",
+    "narrowed",
     "go_float_text",
     "tidb_text",
     "source_zone",
@@ -657,6 +659,58 @@ def tidb_text(column: pa.Array | pa.ChunkedArray, source: TextSource) -> pa.Arra
     else:
         return None
     return pa.array([None if v is None else convert(v) for v in column.to_pylist()], pa.string())
+
+
+class Narrowing(NamedTuple):
+    """How TiDB's MODIFY COLUMN rounds the stored values when the column keeps its Delta type but loses
+    precision: to ``fsp`` fractional digits (DATETIME and TIMESTAMP, a ``timestamp``; TIME, its text) or
+    to a single (``float32``: DOUBLE → FLOAT)."""
+
+    fsp: int | None = None
+    float32: bool = False
+
+
+_TIME_TEXT_RE = re.compile(r"(-?)(\d+):(\d{2}):(\d{2})(?:\.(\d{1,6}))?")
+
+
+def narrowed(column: pa.Array | pa.ChunkedArray, how: Narrowing) -> pa.Array:
+    """``column``'s values rounded as TiDB rounds them for ``how`` (``Time.RoundFrac``,
+    ``Duration.RoundFrac``: half up, carrying into the seconds; ``float32(f)``: to the nearest single).
+
+    Raises:
+        SinkError: a TIME text that is not ``[-]H:MM:SS[.f]``.
+    """
+    kind = column.type
+    values = column.to_pylist()
+    if how.float32:
+        out: list[Any] = [None if v is None else struct.unpack("<f", struct.pack("<f", v))[0] for v in values]
+        return pa.array(out, kind)
+    step = 10 ** (6 - (how.fsp or 0))
+    if pa.types.is_timestamp(kind):
+        micros = column.cast(pa.int64()).to_pylist()
+        out = [None if v is None else (v + step // 2) // step * step for v in micros]
+        return pa.array(out, pa.int64()).cast(kind)
+    out = []
+    for text in values:
+        if text is None:
+            out.append(None)
+            continue
+        m = _TIME_TEXT_RE.fullmatch(text)
+        if m is None:
+            raise SinkError(f"cannot round the TIME value {preview(text)} to {how.fsp} fractional digits")
+        sign, h, mi, sec, frac = m.groups()
+        total = ((int(h) * 60 + int(mi)) * 60 + int(sec)) * 1_000_000 + int((frac or "").ljust(6, "0"))
+        total = -total if sign else total
+        total = (total + step // 2) // step * step  # (Go's Time.Round: half up, on the signed duration)
+        out.append(_time_text(total, how.fsp or 0))
+    return pa.array(out, pa.string())
+
+
+def _time_text(micros: int, fsp: int) -> str:
+    sign, micros = ("-", -micros) if micros < 0 else ("", micros)
+    seconds, fraction = divmod(micros, 1_000_000)
+    text = f"{sign}{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    return f"{text}.{fraction:06d}"[: len(text) + 1 + fsp] if fsp else text
 
 
 def canonical_from_delta(

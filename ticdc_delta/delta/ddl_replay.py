@@ -23,14 +23,19 @@ ADD COLUMN                 new nullable columns (in place); with a DEFAULT, exis
 DROP COLUMN                table rewrite without the column
 RENAME / CHANGE COLUMN     table rewrite with the column renamed, values kept
 MODIFY COLUMN              same Delta type (int→bigint, varchar length, float→double: all already
-                           the widest Delta type): nothing; a wider Delta type (decimal precision or
-                           scale growth, a type that becomes text): table rewrite with a lossless cast;
-                           a narrowing or incompatible change: :class:`DDLPolicyError`
+                           the widest Delta type): nothing, unless TiDB rounds the values (fewer
+                           fractional digits of DATETIME/TIMESTAMP/TIME, DOUBLE→FLOAT): a table rewrite
+                           rounding them the same way; a wider Delta type (decimal precision or scale
+                           growth, a type that becomes text): table rewrite with a lossless cast (to
+                           text: TiDB's text of the old values); a narrowing or incompatible change:
+                           :class:`DDLPolicyError`
 SET / DROP DEFAULT         nothing (row events carry every value)
 ADD/DROP PRIMARY KEY,      nothing in the table; later merges use the key the row events flag
 UNIQUE INDEX
 index, partition, view,    nothing (logged)
 sequence, TiFlash DDL
+DROP / TRUNCATE /          refused (``ddl.partition_data``: ``fail``) or logged (``ignore``): rows
+EXCHANGE PARTITION         go or come without row events, which nothing can follow
 =========================  ======================================================================
 
 The replayer asks the sink for each change (``add_columns``, ``drop_column``, ``rename_column``,
@@ -65,8 +70,8 @@ from ..core.records import DDLRecord
 from ..errors import DDLPolicyError, IdentifierError
 from ..locations import fold_name
 from ..schema import ddl as d
-from .arrow_types import TextSource, TypeParams, arrow_field_for, arrow_type_for, converter_for, source_zone, widens
-from .sink import TableIdent, Txn
+from .arrow_types import Narrowing, TextSource, TypeParams, arrow_field_for, arrow_type_for, converter_for, source_zone, widens
+from .sink import TableIdent, Txn, narrow_columns
 
 if TYPE_CHECKING:  # pragma: no cover
     from .applier import DeltaApplier
@@ -507,7 +512,13 @@ class DDLReplayer:
         old_type = existing.field(name).type
         new_type = arrow_type_for(col.type.type_code, col.type.flags, params)
         if old_type == new_type:
-            return False
+            how = _narrowing(col, before, old_type)
+            if how is None:
+                return False
+            # the same Delta type, less precision: TiDB rounds the stored values (its reorg), so does this
+            log.info("%s.%s.%s loses precision (%s): rounding its values as TiDB does", ident.schema, ident.table,
+                     name, how)
+            return bool(applier.sink.rewrite(ident, narrow_columns({name: how}), txn))
         if not widens(old_type, new_type):
             raise DDLPolicyError(
                 f"modify_column DDL at commit ts {rec.commit_ts} changes {ident.schema}.{ident.table}.{name} from "
@@ -516,6 +527,20 @@ class DDLReplayer:
             )
         # (a column that becomes text keeps its old values as TiDB prints them: the DDL's own reorg does)
         return bool(applier.sink.change_column_type(ident, name, new_type, txn, TextSource(before, self.tz)))
+
+
+def _narrowing(col: "d.ColumnDef", before: TypeParams | None, stored: pa.DataType) -> Narrowing | None:
+    """How MODIFY COLUMN to ``col`` rounds the values a column of Delta type ``stored`` holds, when it keeps
+    that type: fewer fractional digits of DATETIME/TIMESTAMP/TIME than the column had (known from its DDL,
+    ``before``), or DOUBLE → FLOAT (rounding a FLOAT's values again changes nothing); ``None`` otherwise."""
+    tc = col.type.type_code
+    if tc == TypeCode.FLOAT and pa.types.is_floating(stored):
+        return None if before is not None and before.float32 else Narrowing(float32=True)
+    if tc in (TypeCode.DATETIME, TypeCode.TIMESTAMP, TypeCode.TIME) and before is not None and before.fsp is not None:
+        fsp = col.type.fsp or 0
+        if fsp < before.fsp:
+            return Narrowing(fsp=fsp)
+    return None
 
 
 _NAME_FIELDS = ("schema", "table", "new_schema", "new_table")

@@ -53,7 +53,7 @@ from deltalake import (
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
 
-from ticdc_delta.delta.arrow_types import TextSource, tidb_text
+from ticdc_delta.delta.arrow_types import Narrowing, TextSource, narrowed, tidb_text
 from ticdc_delta.errors import ConcurrentCommitError, SinkError
 from ticdc_delta.locations import (
     check_inside,
@@ -90,6 +90,7 @@ __all__ = [
     "already_applied",
     "cast_column",
     "cast_columns",
+    "narrow_columns",
     "table_arrow_schema",
 ]
 
@@ -560,6 +561,24 @@ def cast_columns(types: Mapping[str, pa.DataType],
         return table
 
     return cast
+
+
+def narrow_columns(specs: Mapping[str, Narrowing]) -> Callable[[pa.Table], pa.Table]:
+    """A table transform rounding each column of ``specs`` (``{name: Narrowing}``) as TiDB's MODIFY COLUMN
+    does when the column loses precision but keeps its Delta type
+    (:func:`~ticdc_delta.delta.arrow_types.narrowed`); picklable, for rewrites on the executors too.
+
+    The transform raises SinkError when a value cannot be rounded.
+    """
+    wanted = dict(specs)
+
+    def narrow(table: pa.Table) -> pa.Table:
+        for name, how in wanted.items():
+            i = table.column_names.index(name)
+            table = table.set_column(i, table.schema.field(i), narrowed(table.column(i), how))
+        return table
+
+    return narrow
 
 
 def table_arrow_schema(dt: DeltaTable) -> pa.Schema:

@@ -339,6 +339,37 @@ def _as_text(col: ModelColumn, value: Any) -> Any:
     return str(value)
 
 
+_TIMES = (_T.DATETIME, _T.TIMESTAMP, _T.TIME)
+
+
+def _rounded(old: ModelColumn, new: ModelColumn, value: Any) -> Any:
+    """A DATETIME/TIMESTAMP/TIME text value of ``old`` with ``new``'s fewer fractional digits, as TiDB's
+    reorg rounds it (half up: 10:10:10.5 → 10:10:11, -00:00:00.5 → 00:00:00); others as they are."""
+    if not isinstance(value, str) or old.type_code not in _TIMES or new.type_code != old.type_code:
+        return value
+    fsp = new.type.fsp or 0
+    if fsp >= (old.type.fsp or 0):
+        return value
+    head, _, seconds = value.rpartition(":")
+    step = Decimal(1).scaleb(-fsp)
+    if old.type_code == _T.TIME:
+        negative = head.startswith("-")
+        hours, minutes = head.lstrip("-").split(":")
+        total = (int(hours) * 3600 + int(minutes) * 60) + Decimal(seconds)
+        total = -total if negative else total
+        total = (total + step / 2).quantize(step, rounding="ROUND_FLOOR")
+        sign, total = ("-", -total) if total < 0 else ("", total)
+        whole = int(total)
+        fraction = f"{total - whole:.{fsp}f}"[1:] if fsp else ""
+        return f"{sign}{whole // 3600:02d}:{whole // 60 % 60:02d}:{whole % 60:02d}{fraction}"
+    moment = datetime.strptime(value[:19], "%Y-%m-%d %H:%M:%S")
+    exact = Decimal(seconds) - int(Decimal(seconds))
+    carried = (exact + step / 2).quantize(step, rounding="ROUND_FLOOR")
+    moment += timedelta(seconds=int(carried))
+    fraction = f"{carried - int(carried):.{fsp}f}"[1:] if fsp else ""
+    return moment.strftime("%Y-%m-%d %H:%M:%S") + fraction
+
+
 def _decimal_text(col: ModelColumn, value: Any, where: str) -> str:
     """A DECIMAL value as TiDB prints it: exactly ``scale`` fraction digits, no exponent, no ``-0``."""
     precision = col.type.precision if col.type.precision is not None else 10
@@ -1142,7 +1173,8 @@ class Scenario:
             _default_value(new, ts, where)
         # TiDB re-reads every stored value in the new type (a DECIMAL shows the new scale; a column that
         # becomes text shows its old values as TiDB prints them)
-        values = [_canonical(new, _as_text(col, row[col.name]) if _is_text(new) else row[col.name], where)
+        values = [_canonical(new, _as_text(col, row[col.name]) if _is_text(new) else _rounded(col, new, row[col.name]),
+                             where)
                   for row in t.rows]
         i = t.position(col.name)
         t.columns[i] = new
