@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from ticdc_delta.codec import decoder_for, encoder_for
 from ticdc_delta.codec.claim_check import ClaimCheckStorage, pack_claim_check_message
-from ticdc_delta.codec.model import DecodeContext, RowChange
+from ticdc_delta.codec.model import DecodeContext, FailedEntry, RowChange
 from ticdc_delta.errors import ClaimCheckError, ClaimCheckUnavailableError, DecodeError, HandleKeyOnlyError
 
 from . import cases
@@ -153,6 +153,9 @@ def test_handle_key_only_rows_are_never_decoded(protocol: str) -> None:
         for e in events:  # what decodes is complete: the small events, and key-only deletes
             if isinstance(e, RowChange) and e.op != "delete":
                 assert e in _plain(protocol)
+            if isinstance(e, FailedEntry):  # (a key-only row batched with whole ones: refused by itself)
+                assert "large-message-handle-option=handle-key-only" in e.error and "@500: entry " in e.error
+                refused += 1
     assert refused >= 1
 
 

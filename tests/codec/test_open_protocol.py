@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from ticdc_delta.codec import decoder_for, encoder_for, open_protocol as open_protocol_module
 from ticdc_delta.codec.json_output import event_to_json_object
-from ticdc_delta.codec.model import DecodeContext, DDLEvent, ResolvedEvent, RowChange
+from ticdc_delta.codec.model import DecodeContext, DDLEvent, FailedEntry, ResolvedEvent, RowChange
 from ticdc_delta.codec.open_protocol import go_quote, go_unquote
 from ticdc_delta.errors import (
     ClaimCheckError,
@@ -544,11 +545,18 @@ def test_handle_key_only_entry_with_u_and_d_is_a_delete_by_key_not_an_upstream_r
         decoder.decode(key, frame_value(b'{"u":{"id":' + column + b"}}"), CTX)
 
 
-def test_handle_key_only_row_in_a_batch_refuses_the_message() -> None:
+def test_handle_key_only_row_in_a_batch_refuses_only_itself() -> None:
+    """TiCDC batches a handle-key-only row with whole rows, of any table: the whole rows decode, and the
+    key-only one is a FailedEntry (its own dead letter) naming the entry and the message."""
     ok = b'{"ts":8,"scm":"s","tbl":"t","t":1}'
-    key = frame_key(ok, b'{"ts":9,"scm":"s","tbl":"t","t":1,"ohk":true}')
-    with pytest.raises(HandleKeyOnlyError, match="row 1 of s.t at commit ts 9"):
-        decode(key, frame_value(_LARGE_VALUES["insert"], _LARGE_VALUES["insert"]))
+    other = b'{"ts":10,"scm":"s","tbl":"u","t":1}'
+    key = frame_key(ok, b'{"ts":9,"scm":"s","tbl":"t","t":1,"ohk":true}', other)
+    first, failed, last = decode(key, frame_value(*[_LARGE_VALUES["insert"]] * 3))
+    assert (first.kind, first.commit_ts, first.table, first.new_values()) == ("row", 8, "t", {"id": 7})
+    assert (last.kind, last.commit_ts, last.table) == ("row", 10, "u")
+    assert isinstance(failed, FailedEntry) and failed.kind == "failed" and failed.commit_ts == 9
+    assert re.search(r"tidb-cdc\[1\]@42: entry 1 of 3: row 1 of s\.t at commit ts 9 .*handle-key-only", failed.error)
+    assert failed.error.startswith("open-protocol: cannot decode message at ")
 
 
 def test_claim_check_reference_without_storage_is_refused() -> None:

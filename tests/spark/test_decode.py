@@ -116,3 +116,29 @@ def test_the_decoder_routes_rows_and_sums_their_layouts_per_table() -> None:
         assert (out["sig"][i], out["hashes"][i]) == (expected.signature, expected.hashes)
         changed_key += len(out["hashes"][i]) == 2
     assert changed_key == 0  # the bench stream keeps its keys: one hash a row
+
+
+def test_a_handle_key_only_row_of_a_batch_is_its_own_dead_letter_and_the_others_apply() -> None:
+    """TiCDC's Open Protocol batches a handle-key-only row with whole rows of any table: without an upstream
+    to complete it, that row alone becomes an ``error`` row (entry index kept); the others decode as rows."""
+    from ..codec.test_open_protocol import frame_key, frame_value
+
+    whole = b'{"u":{"id":{"t":3,"h":true,"f":11,"v":7}}}'
+    key = frame_key(b'{"ts":8,"scm":"s","tbl":"t","t":1}', b'{"ts":9,"scm":"s","tbl":"t","t":1,"ohk":true}',
+                    b'{"ts":10,"scm":"s","tbl":"u","t":1}')
+    value = frame_value(whole, whole, whole)
+    out = decode_messages(decoder_for("open-protocol"), ["t"], [0], [5], [key], [value])
+    assert out["kind"] == ["row", "error", "row"] and out["idx"] == [0, 1, 2]
+    assert out["error"][0] is None and "entry 1 of 3" in out["error"][1] and "handle-key-only" in out["error"][1]
+    assert out["value"][1] == value and out["offset"] == [5, 5, 5]
+
+
+def test_a_row_of_a_table_no_location_can_hold_is_its_own_dead_letter() -> None:
+    """A row whose table name no Delta location can hold (256 bytes) is refused by itself: the other rows of
+    its batch apply."""
+    from ..codec.test_open_protocol import frame_key, frame_value
+
+    whole = b'{"u":{"id":{"t":3,"h":true,"f":11,"v":7}}}'
+    key = frame_key(b'{"ts":8,"scm":"s","tbl":"t","t":1}', b'{"ts":9,"scm":"s","tbl":"' + b"x" * 256 + b'","t":1}')
+    out = decode_messages(decoder_for("open-protocol"), ["t"], [0], [5], [key], [frame_value(whole, whole)])
+    assert out["kind"] == ["row", "error"] and out["idx"] == [0, 1] and "at most 255 fit" in out["error"][1]

@@ -1198,7 +1198,11 @@ class CraftEncoder:
         Raises:
             EncodeError: no events, or an event Craft cannot carry.
         """
-        return self._assemble([self._prepare_row(ev) if isinstance(ev, RowChange) else ev for ev in events])
+        for ev in events:
+            if not isinstance(ev, (RowChange, DDLEvent, ResolvedEvent)):
+                raise EncodeError(f"{PROTOCOL}: cannot encode {type(ev).__name__}")
+        return self._assemble([self._prepare_row(ev) if isinstance(ev, RowChange) else ev
+                               for ev in events if isinstance(ev, (RowChange, DDLEvent, ResolvedEvent))])
 
     def _prepare_row(self, ev: RowChange) -> _PreparedRow:
         """Encode a row's values now (TiCDC builds its column groups when a row is appended).

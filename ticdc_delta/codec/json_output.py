@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import orjson
 
-from .model import Column, DDLEvent, Event, ResolvedEvent, RowChange, image_parts
+from .model import Column, DDLEvent, Event, FailedEntry, ResolvedEvent, RowChange, image_parts
 
 __all__ = ["event_to_json_object", "event_to_json_line", "value_to_json"]
 
@@ -62,6 +62,8 @@ def event_to_json_object(event: Event) -> dict[str, Any]:
         }
     if isinstance(event, ResolvedEvent):
         return {"kind": "resolved", "commit_ts": event.commit_ts}
+    if isinstance(event, FailedEntry):
+        return {"kind": "failed", "commit_ts": event.commit_ts, "error": event.error}
     raise TypeError(f"not an event: {type(event).__name__}")
 
 

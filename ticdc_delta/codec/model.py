@@ -58,6 +58,7 @@ __all__ = [
     "RowChange",
     "DDLEvent",
     "ResolvedEvent",
+    "FailedEntry",
     "Event",
     "column_flag",
     "is_binary_column",
@@ -595,4 +596,24 @@ class ResolvedEvent(NamedTuple):
 ResolvedEvent.kind = "resolved"  # type: ignore[assignment]  # faster than the property mypy reads
 
 
-Event = Union[RowChange, DDLEvent, ResolvedEvent]
+class FailedEntry(NamedTuple):
+    """An entry of a batched message (Open Protocol packs up to ``max-batch-size`` rows of any tables into
+    one) that cannot become a row while the message's other entries can: a large-message reference whose
+    row is not in Kafka (handle-key-only without an upstream, a row the upstream no longer has, a
+    claim-check object that cannot be read). It goes to the dead-letter table by itself; the others apply.
+    ``error`` says why, naming the entry and the message."""
+
+    commit_ts: int | None
+    error: str
+    source: DecodeContext = NO_CONTEXT
+
+    @property
+    def kind(self) -> Literal["failed"]:
+        """``"failed"`` (a class attribute: see below the class)."""
+        return "failed"
+
+
+FailedEntry.kind = "failed"  # type: ignore[assignment]  # faster than the property mypy reads
+
+
+Event = Union[RowChange, DDLEvent, ResolvedEvent, FailedEntry]

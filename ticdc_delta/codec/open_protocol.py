@@ -51,6 +51,7 @@ from ..errors import (
     EncodeError,
     FramingError,
     HandleKeyOnlyError,
+    LargeMessageError,
     TruncatedMessageError,
     UnsupportedVersionError,
     UpstreamRowError,
@@ -77,6 +78,7 @@ from .model import (
     ImageLayout,
     Op,
     ResolvedEvent,
+    FailedEntry,
     RowChange,
     TypeCode,
     column_flag,
@@ -557,7 +559,16 @@ class OpenProtocolDecoder:
             values = [b""] * len(keys)
         events: list[Event] = []
         for i, (k, v) in enumerate(zip(keys, values)):
-            events.append(self._event(_json(k, f"event key {i}"), v, i, ctx, claimed))
+            head = _json(k, f"event key {i}")
+            try:
+                events.append(self._event(head, v, i, ctx, claimed))
+            except LargeMessageError as exc:
+                if len(keys) == 1:
+                    raise  # (a message of its own: the message is the dead letter)
+                # TiCDC batches a handle-key-only row with whole rows of any table: only it is refused
+                ts = head.get("ts") if type(head) is dict else None
+                failed = type(exc)(exc.protocol, f"entry {i} of {len(keys)}: {exc.reason}", *ctx)
+                events.append(FailedEntry(ts if type(ts) is int else None, str(failed), ctx))
         return events
 
     def _fast_events(self, keys: list[bytes], values: list[bytes], ctx: DecodeContext) -> list[Event] | None:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 import pyarrow as pa
 
 from ..codec import DecodeContext, decoder_for
-from ..codec.model import DDLEvent, Image, ResolvedEvent, RowChange
+from ..codec.model import DDLEvent, FailedEntry, Image, ResolvedEvent, RowChange
 from ..core.key_buckets import Layout, Router, Routing, layout
 from ..core.records import dump_record, dump_row_values, gc_paused, record_from_event
 from ..codec.upstream_lookup import UpstreamLookup, UpstreamSettings
@@ -156,8 +156,11 @@ def decode_messages(
                         bad = table_name_problem(ev.schema, ev.table)
                         folded = ident if fold is None or bad else (fold(ev.schema), fold(ev.table))
                         found = names[ident] = (bad, folded)
-                    if found[0]:  # no Delta location can hold the table: the message goes to the dead-letter table
-                        raise DecodeError(decoder.protocol, found[0], topic, part, off)
+                    if found[0]:  # no Delta location can hold the table: the row goes to the dead-letter table
+                        rows.append((topic, part, off, idx, "error", None, None,
+                                     str(DecodeError(decoder.protocol, found[0], topic, part, off)), key, value,
+                                     *tail))
+                        continue
                     name = found[1]
                     if route is None:
                         rows.append((topic, part, off, idx, ev.kind, ts,
@@ -172,6 +175,8 @@ def decode_messages(
                     rows.append((topic, part, off, idx, "row", ts,
                                  dump_row_values(ev.op, new, old),
                                  None, None, None, *name, routing.signature, routing.hashes))
+                elif isinstance(ev, FailedEntry):  # one entry of a batch: the others apply
+                    rows.append((topic, part, off, idx, "error", None, None, ev.error, key, value, *tail))
                 elif isinstance(ev, DDLEvent):
                     rows.append((topic, part, off, idx, ev.kind, ts,
                                  dump_record(record_from_event(ev, topic, part, off, idx)), None, None, None, *tail))
