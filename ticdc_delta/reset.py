@@ -36,7 +36,7 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from .config import JobConfig
 from .delta.state_store import RESET_BATCH_ID, PipelineState, StateStore
@@ -120,6 +120,9 @@ def plan_reset(
     kept: tuple[str, ...] = ("catalog", "applied_ddl", "tables", "totals", "snapshots")
     kept += ("staging_batch", "staging_app", "held_layouts") if keep_position else ()
     new_meta = {k: v for k, v in meta.items() if k in kept}
+    if not keep_position and new_meta.get("applied_ddl"):
+        # read again, a DDL that removes rows must remove them again, after the rows before it came back
+        new_meta["applied_ddl"] = [i for i in new_meta["applied_ddl"] if not _removes_rows(i)]
     new_meta["epoch"] = epoch
     new_meta["resets"] = int(meta.get("resets", 0)) + 1
     new_meta["starting_offsets"] = starting
@@ -138,6 +141,21 @@ def plan_reset(
     )
     return ResetPlan(cfg.checkpoint.rstrip("/"), None if saved is None else saved.batch_id, previous_query,
                      epoch, starting, keep_position, state)
+
+
+def _removes_rows(identity: Sequence[Any]) -> bool:
+    """Whether the DDL of an applied-DDL identity (:meth:`~ticdc_delta.core.records.DDLRecord.identity`)
+    removes rows: TRUNCATE / DROP TABLE, DROP DATABASE, DROP / TRUNCATE / EXCHANGE PARTITION (or cannot be
+    read: then it is applied again too, as every DDL the kept identities do not name)."""
+    from .schema import ddl as d
+
+    try:
+        schema, query = str(identity[1]), str(identity[3])
+        changes = d.parse_ddl(query, default_schema=schema)
+    except Exception:  # noqa: BLE001 - an identity or statement of another form
+        return True
+    return any(isinstance(c, (d.TruncateTable, d.DropTable, d.DropDatabase))
+               or (isinstance(c, d.NoOp) and c.affects_data) for c in changes)
 
 
 def _offsets_after_state(

@@ -177,6 +177,19 @@ def test_offset_order_mode_applies_everything_ddl_first() -> None:
     assert p.held == 0
 
 
+def test_offset_order_mode_applies_a_statement_run_twice_twice() -> None:
+    """Without commit ts a DDL is the message it came in: ``TRUNCATE TABLE t`` run twice upstream (two
+    messages) truncates twice, across batches too; the same message read again (a re-run) once."""
+    truncate = "TRUNCATE TABLE t"
+    first = plan(ConsumerState(), [row(None, 0, 0, "insert", {"id": 1}), ddl(None, 0, 1, truncate)], [],
+                 mode=OFFSET_ORDER)
+    second = plan(first.state, [row(None, 0, 2, "insert", {"id": 2}), ddl(None, 0, 3, truncate),
+                                row(None, 0, 4, "insert", {"id": 3})], [], mode=OFFSET_ORDER)
+    assert [s.query for s in second.steps if isinstance(s, DDLRecord)] == [truncate]
+    again = plan(second.state, [ddl(None, 0, 3, truncate)], [], mode=OFFSET_ORDER)
+    assert again.steps == [] and again.duplicate_ddl == 1
+
+
 def test_key_override_and_missing_key() -> None:
     keys = KeyResolver({("s", "t"): ["v"]})
     p = plan_batch(ConsumerState(), [row(1, 0, 0, "insert", {"id": 1, "v": "a"})], [rm(0, 1, 1)],

@@ -80,7 +80,12 @@ class DDLRecord(NamedTuple):
         return "ddl"
 
     def identity(self) -> tuple[Any, ...]:
-        """What makes two broadcast copies of one DDL the same DDL."""
+        """What makes two broadcast copies of one DDL the same DDL: its commit ts and statement (TiCDC
+        writes a copy to every partition). Without a commit ts (Canal-JSON without the TiDB extension,
+        which writes a DDL to partition 0 only: no copies) the message it came in, after the statement:
+        one statement run twice upstream (``TRUNCATE TABLE t`` every night) is two DDL."""
+        if self.commit_ts is None:
+            return (None, self.schema, self.table, self.query, self.topic, self.partition, self.offset, self.idx)
         return (self.commit_ts, self.schema, self.table, self.query)
 
 
