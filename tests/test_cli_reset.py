@@ -24,6 +24,8 @@ META = {
     "tables": {"s.t": {"rows_applied": 3}},
     "snapshots": {"s.t": {"tso": 3, "status": "done"}},
     "staging_batch": 4,
+    "held_by_table": {"s.t": 1500},
+    "topic_watermarks": {"cdc": 90},
 }
 
 
@@ -73,6 +75,7 @@ def test_reset_from_earliest_clears_position_keeps_catalog_and_deletes_spark_che
     assert state.meta["resets"] == 1 and state.meta["starting_offsets"] == "earliest"
     assert state.meta["snapshots"] == META["snapshots"]  # the tables still hold the snapshots
     assert "checkpoint" not in state.meta and "next_offsets" not in state.meta and "staging_batch" not in state.meta
+    assert "held_by_table" not in state.meta and "topic_watermarks" not in state.meta
     assert state.meta["reset"]["previous_batch"] == 4 and state.meta["reset"]["previous_query_id"] == "q-old"
     assert main(["status", "--config", str(yaml_path)]) == EXIT_OK
     out = capsys.readouterr().out
@@ -112,6 +115,20 @@ def test_reset_from_state_keeps_position_and_starts_after_the_last_batch(
     state = _state(tmp_path)
     assert state.watermarks == {("cdc", 0): 100, ("cdc", 1): 90} and state.held == [b"held-row"]
     assert state.meta["next_offsets"] == META["next_offsets"] and state.meta["staging_batch"] == 4
+    # what `status` reads: the held rows per table (spark engine: in the staging table) and the low watermark
+    assert state.meta["held_by_table"] == META["held_by_table"]
+    assert state.meta["topic_watermarks"] == META["topic_watermarks"]
+
+
+def test_reset_to_offsets_names_every_source_topic(job: tuple[Path, Path], tmp_path: Path) -> None:
+    """Spark's Kafka source refuses specific offsets for only some topics: reset refuses them first (before
+    it deletes the Spark checkpoint), not the next run."""
+    yaml_path, spark_dir = job
+    data = json.loads(yaml_path.read_text())
+    data["source"] = {**{k: v for k, v in data["source"].items() if k != "topic"}, "topics": ["cdc", "cdc2"]}
+    with pytest.raises(ValueError, match=r"every partition of every source topic; none given for \['cdc2'\]"):
+        plan_reset(config_from_mapping(data), {"cdc": {0: 5}})
+    assert spark_dir.exists()
 
 
 def test_reset_refuses_when_the_state_moved_meanwhile(job: tuple[Path, Path], tmp_path: Path) -> None:

@@ -362,6 +362,10 @@ ERROR_CASES = [
         r"source\.starting_offsets\.other: not one of the source topics",
     ),
     (
+        {"source.topic": None, "source.topics": ["tidb-cdc", "b"], "source.starting_offsets": {"tidb-cdc": {0: 1}}},
+        r"source\.starting_offsets: name every source topic's partitions: \['b'\] missing",
+    ),
+    (
         {"source.options": {"enable-tidb-extension": [True]}},
         r'source\.options\["enable-tidb-extension"\]: expected a string, number or boolean, got a list',
     ),

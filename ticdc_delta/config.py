@@ -491,6 +491,9 @@ class SourceConfig(_Model):
             for name in self.starting_offsets:
                 if name not in topics:
                     raise _PathError(("starting_offsets", name), "not one of the source topics")
+            missing = [t for t in topics if t not in self.starting_offsets]
+            if missing:  # (Spark's Kafka source refuses to start with specific offsets for only some of them)
+                raise _PathError(("starting_offsets",), f"name every source topic's partitions: {missing} missing")
         if self.protocol == "avro":
             if self.schema_registry is None and not self.avro_schemas:
                 raise ValueError("protocol avro needs schema_registry (a registry URL) or avro_schemas (local files)")

@@ -47,6 +47,30 @@ def test_mismatches_are_terminal_and_say_how_to_recover(state_q, state_b, q, b, 
     assert not info.value.retryable
 
 
+@pytest.mark.parametrize(("state_q", "state_b", "q", "b"), [(Q1, 57, Q2, 0), (Q1, 9, Q1, 4)])
+def test_a_lost_or_older_spark_checkpoint_points_to_reset_from_state(state_q, state_b, q, b) -> None:
+    """Only the Spark checkpoint was lost, replaced or restored from an older copy: the state is whole, and
+    `reset --from state` continues after its last batch (earliest/latest would read again or skip rows)."""
+    with pytest.raises(CheckpointMismatchError) as info:
+        belongs(state_q, state_b, q, b)
+    assert "reset --config <your.yaml> --from state --yes" in str(info.value)
+
+
+def test_every_recovery_command_the_errors_give_is_one_the_cli_takes(tmp_path: Path) -> None:
+    import re
+
+    from ticdc_delta.cli import _build_parser as build_parser
+    from ticdc_delta.spark.checkpoint import RECOVERY_HINT, STATE_RECOVERY_HINT
+
+    commands = re.findall(r"`python -m ticdc_delta (reset [^`]*)`", RECOVERY_HINT + STATE_RECOVERY_HINT)
+    assert len(commands) == 2
+    for command in commands:
+        for choice in re.search(r"--from (\S+)", command).group(1).split("|"):  # type: ignore[union-attr]
+            args = build_parser().parse_args(
+                ["reset", "--config", str(tmp_path / "x.yaml"), "--from", choice, "--yes"])
+            assert args.start == choice
+
+
 def test_reads_query_id_and_batch_timestamp_in_sparks_format(tmp_path: Path) -> None:
     spark_dir = tmp_path / "spark"
     ckpt = SparkCheckpoint(str(spark_dir))

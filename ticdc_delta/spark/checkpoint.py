@@ -27,15 +27,23 @@ from typing import Any
 from ..errors import CheckpointMismatchError, ConcurrentJobError
 from ..locations import local_path
 
-__all__ = ["SparkCheckpoint", "check_state_belongs", "concurrent_job_error", "RECOVERY_HINT"]
+__all__ = ["SparkCheckpoint", "check_state_belongs", "concurrent_job_error", "RECOVERY_HINT", "STATE_RECOVERY_HINT"]
 
 log = logging.getLogger(__name__)
 
 RECOVERY_HINT = (
     "To start over consistently, stop every job of this changefeed and run "
-    "`python -m ticdc_delta reset --config <your.yaml> --from earliest|latest|offsets --yes` "
-    "(see README, 'Recovery'); to keep the old state, restore the matching {checkpoint}/spark instead"
+    "`python -m ticdc_delta reset --config <your.yaml> --from earliest|latest --yes` (or "
+    "`--offset TOPIC:PARTITION=OFFSET ...` for every partition; see README, 'Recovery'); to keep the old "
+    "state, restore the matching {checkpoint}/spark instead"
 )
+STATE_RECOVERY_HINT = (
+    "The job state is whole: stop every job of this changefeed and run "
+    "`python -m ticdc_delta reset --config <your.yaml> --from state --yes` to continue right after the last "
+    "batch it committed, keeping its held rows and watermarks (see README, 'Recovery'), or restore the "
+    "matching {checkpoint}/spark"
+)
+"""What to do when only the Spark checkpoint was lost, replaced or restored from an older copy."""
 
 
 class SparkCheckpoint:
@@ -164,7 +172,7 @@ def check_state_belongs(
         raise CheckpointMismatchError(
             f"{where} belongs to Spark query {state_query_id} (after batch {state_batch_id}) but the {spark} "
             f"is query {query_id} at batch {batch_id}: the Spark checkpoint was deleted or replaced, and its "
-            f"new batches would be skipped as already committed. {RECOVERY_HINT}"
+            f"new batches would be skipped as already committed. {STATE_RECOVERY_HINT}"
         )
     if state_batch_id < 0:  # reset: Spark must start over too
         if batch_id == 0:
@@ -180,7 +188,7 @@ def check_state_belongs(
     if state_batch_id > batch_id:
         raise CheckpointMismatchError(
             f"{where} is at batch {state_batch_id}, ahead of the {spark} (batch {batch_id}): the Spark "
-            f"checkpoint was restored from an older copy. {RECOVERY_HINT}"
+            f"checkpoint was restored from an older copy. {STATE_RECOVERY_HINT}"
         )
     raise CheckpointMismatchError(
         f"{where} is at batch {state_batch_id}, but the {spark} is at batch {batch_id}: batches "
