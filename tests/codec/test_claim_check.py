@@ -182,3 +182,14 @@ def test_fuzz_claim_check_objects_give_only_decode_errors(data: st.DataObject, p
             assert exc.offset == 500
         else:
             assert all(isinstance(e, RowChange) for e in events)
+
+
+@pytest.mark.parametrize("name", ["a" * 256 + ".json", "a\x00b.json", "a\nb.json", "sub"])
+def test_a_location_no_object_can_have_is_a_claim_check_error_not_a_storage_outage(name: str,
+                                                                                     tmp_path: Path) -> None:
+    """A name no storage can hold (too long, a control character) or a directory of the storage: the
+    message is a dead letter — retried as an outage, it failed the batch on every restart."""
+    (tmp_path / "sub").mkdir()
+    storage = ClaimCheckStorage(str(tmp_path), attempts=3, backoff=0.5, sleep=lambda _s: None)
+    with pytest.raises(ClaimCheckError, match="claim-check location"):
+        storage.read(f"s3://elsewhere/{name}", "open-protocol")

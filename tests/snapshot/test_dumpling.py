@@ -93,6 +93,10 @@ def test_bad_files_are_typed_errors_naming_the_file(tmp_path: Path) -> None:
         parse_sql(b"INSERT INTO `t` VALUES\n(1,'a'),\n(2,'b", "f.sql")
     assert parse_sql(b"/*!40101 SET NAMES binary*/;\nINSERT INTO `t` (`a`,`b`) VALUES\n(1,x''),\n(NULL,'it''s\\n');\n",
                      "f.sql") == (["a", "b"], [[b"1", b""], [None, b"it's\n"]])
+    # --escape-backslash=false: a backslash is itself (a Windows path), a quote is doubled
+    plain = b"INSERT INTO `t` VALUES\n(1,'C:\\new\\temp'),\n(2,'a\\tb''\\');\n"
+    assert parse_sql(plain, "f.sql", escape_backslash=False) == (None, [[b"1", b"C:\\new\\temp"],
+                                                                        [b"2", b"a\\tb'\\"]])
 
     sc = _scenario()
     write_dumpling_export(sc, tmp_path / "ok")

@@ -65,13 +65,17 @@ def claim_check_file_name(location: str, protocol: str) -> str:
     ``filepath.Split(location)``'s file part from the consumer's own storage).
 
     Raises:
-        ClaimCheckError: no usable file name (empty, ``.``, ``..``).
+        ClaimCheckError: no usable file name (empty, ``.``, ``..``, a control character, over 255 bytes: no
+            storage holds such an object, so reading it would fail on every retry).
     """
     if type(location) is not str:
         raise ClaimCheckError(protocol, f"claim-check location must be a string, got {preview(location)}")
     name = posixpath.basename(location.replace("\\", "/"))
     if name in ("", ".", ".."):
         raise ClaimCheckError(protocol, f"claim-check location {preview(location)} names no file")
+    if any(ord(c) < 32 or ord(c) == 127 for c in name) or len(name.encode("utf-8", "surrogatepass")) > 255:
+        raise ClaimCheckError(protocol, f"claim-check location {preview(location)} names no file a storage can "
+                                        "hold (a control character, or over 255 bytes)")
     return name
 
 
@@ -184,6 +188,11 @@ class ClaimCheckStorage:
                 if isinstance(exc, FileNotFoundError) or _is_not_found(exc):
                     raise ClaimCheckError(
                         protocol, f"claim-check object {name!r} (location {preview(location)}) is not in {self.uri}"
+                    ) from None
+                if isinstance(exc, IsADirectoryError) or "is a directory" in str(exc).lower():
+                    raise ClaimCheckError(
+                        protocol, f"claim-check location {preview(location)} names a directory of {self.uri}, not "
+                                  "an object"
                     ) from None
                 raise
 

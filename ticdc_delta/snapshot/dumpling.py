@@ -328,23 +328,34 @@ _SQL_TOKEN = re.compile(
     rb"|(?P<num>[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?))\s*",
     re.DOTALL,
 )
+# (Dumpling --escape-backslash=false: a quote is doubled, a backslash is itself)
+_SQL_TOKEN_NO_ESCAPE = re.compile(
+    rb"\s*(?:(?P<null>NULL)\b|'(?P<str>(?:[^']|'')*)'|[xX]'(?P<hex>[0-9a-fA-F]*)'"
+    rb"|(?P<num>[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?))\s*",
+    re.DOTALL,
+)
 _INSERT = re.compile(rb"\s*INSERT\s+INTO\s+`(?:[^`]|``)+`\s*(?:\((?P<cols>[^)]*)\)\s*)?VALUES\s*", re.IGNORECASE)
 _SKIP = re.compile(rb"\s*(?:/\*.*?\*/\s*;?|--[^\n]*\n)", re.DOTALL)
 
 
-def _sql_string(raw: bytes) -> bytes:
-    return _unescape_backslash(raw.replace(b"''", b"'"))
+def _sql_string(raw: bytes, escape_backslash: bool = True) -> bytes:
+    raw = raw.replace(b"''", b"'")
+    return _unescape_backslash(raw) if escape_backslash else raw
 
 
-def parse_sql(data: bytes, where: str) -> tuple[list[str] | None, list[list[bytes | None]]]:
+def parse_sql(data: bytes, where: str, escape_backslash: bool = True
+              ) -> tuple[list[str] | None, list[list[bytes | None]]]:
     """The column list (``None`` when the INSERTs give none) and the rows of a Dumpling SQL file; a value
     is its bytes (string literals unescaped, ``x'..'`` decoded, numbers as written) or ``None`` (NULL).
+    ``escape_backslash=False``: the export ran with ``--escape-backslash=false`` (a backslash is itself, a
+    quote is doubled).
 
     Raises:
         SnapshotFormatError: anything but INSERT statements and comments, or a statement cut short.
     """
     rows: list[list[bytes | None]] = []
     columns: list[str] | None = None
+    token = _SQL_TOKEN if escape_backslash else _SQL_TOKEN_NO_ESCAPE
     pos, n = 0, len(data)
     while True:
         m = _SKIP.match(data, pos)
@@ -366,7 +377,7 @@ def parse_sql(data: bytes, where: str) -> tuple[list[str] | None, list[list[byte
             pos += 1
             row: list[bytes | None] = []
             while True:
-                t = _SQL_TOKEN.match(data, pos)
+                t = token.match(data, pos)
                 if t is None:
                     raise SnapshotFormatError(
                         f"{where}: byte {pos}: expected a value, got {data[pos:pos + 40]!r}"
@@ -375,7 +386,7 @@ def parse_sql(data: bytes, where: str) -> tuple[list[str] | None, list[list[byte
                 if t.group("null") is not None:
                     row.append(None)
                 elif t.group("str") is not None:
-                    row.append(_sql_string(t.group("str")))
+                    row.append(_sql_string(t.group("str"), escape_backslash))
                 elif t.group("hex") is not None:
                     row.append(binascii.unhexlify(t.group("hex")))
                 else:
@@ -544,7 +555,7 @@ def data_file_batches(
         names, rows = parse_csv(data, dialect, where)
         binary_fmt = dialect.binary_format
     else:
-        names, rows = parse_sql(data, where)
+        names, rows = parse_sql(data, where, dialect.escape_backslash)
         binary_fmt = "raw"
     by_name = {c.name.lower(): i for i, c in enumerate(columns)}
     if names is None:
