@@ -119,6 +119,19 @@ def test_modify_to_text_prints_old_values_as_tidb_does(tmp_path: Any) -> None:
     ]
 
 
+def test_an_applied_ddl_counts_as_a_change_of_its_tables_as_of_its_commit_ts(h: Harness) -> None:
+    """The state records each table's applied commit ts (what `status` shows and what `snapshot` refuses
+    to load under): a TRUNCATE / RENAME changes its tables as of its commit ts, rows or not."""
+    truncate = h.ddl_step("TRUNCATE TABLE `s`.`t`")
+    result = h.applier.apply([truncate], h._next())
+    assert result.commit_ts == {"s.t": truncate.commit_ts} and result.rows == {}
+    rename = h.ddl_step("RENAME TABLE `s`.`t` TO `s`.`t9`")
+    result = h.applier.apply([rename], h._next())
+    assert result.commit_ts == {"s.t": rename.commit_ts, "s.t9": rename.commit_ts}
+    ignored = Harness(str(h.sink.root) + "-2", SimpleNamespace(truncate_table="ignore"))
+    assert ignored.applier.apply([ignored.ddl_step("TRUNCATE TABLE `s`.`t`")], 1).commit_ts == {}
+
+
 def test_truncate_rename_drop_table(h: Harness) -> None:
     h.ddl("RENAME TABLE `s`.`t` TO `s`.`t2`")
     assert h.schema() is None and len(h.read("t2")) == 2

@@ -290,6 +290,12 @@ class DeltaApplier:
             self.journal_before(ddl, ordinal, batch_id, result)
         if self._ddl_handler is not None and self._ddl_handler(ddl, self, batch_id):
             result.ddl_applied += 1
+            if ddl.commit_ts is not None:  # the tables it changed are upstream's as of its commit ts too
+                from .ddl_replay import ddl_tables
+
+                for schema, table in ddl_tables(ddl, case_sensitive=self.case_sensitive) or ():
+                    name = f"{schema}.{table}"
+                    result.commit_ts[name] = max(result.commit_ts.get(name, 0), ddl.commit_ts)
         else:
             result.ddl_ignored += 1
 

@@ -638,9 +638,9 @@ def next_state_meta(previous: Mapping[str, Any], plan: Any, applier: DeltaApplie
     meta["applied_ddl"] = [list(d) for d in plan.state.applied_ddl]
     meta["catalog"] = applier.catalog.to_json()
     tables = dict(meta.get("tables", {}))
-    for name, n in result.rows.items():
+    for name in {**result.rows, **result.commit_ts}:  # (a table a DDL changed has a commit ts, maybe no rows)
         entry = dict(tables.get(name, {}))
-        entry["rows_applied"] = entry.get("rows_applied", 0) + n
+        entry["rows_applied"] = entry.get("rows_applied", 0) + result.rows.get(name, 0)
         if name in result.commit_ts:
             entry["commit_ts"] = max(entry.get("commit_ts", 0), result.commit_ts[name])
         tables[name] = entry
