@@ -119,3 +119,22 @@ def test_metadata_columns_are_constant_per_snapshot_row(tmp_path: Path) -> None:
     rows = [r for b in batches for r in b.to_pylist()]
     assert len(rows) == 3 and {(r["_tidb_commit_ts"], r["_tidb_op"]) for r in rows} == {(77, "insert")}
     assert batches[0].schema.names[-2:] == ["_tidb_commit_ts", "_tidb_op"]
+
+
+def test_a_column_the_file_leaves_out_is_an_error_unless_generated(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """A column of the schema file without values in the data file was loaded as NULL; Dumpling leaves out
+    only generated columns (those load as NULL, with a warning: TiCDC sends the STORED ones)."""
+    from ticdc_delta.delta.arrow_types import TypeParams
+    from ticdc_delta.snapshot.dumpling import DataFile, SnapshotColumn
+
+    cols = [SnapshotColumn("id", 8, 0, TypeParams()), SnapshotColumn("a", 3, 0, TypeParams()),
+            SnapshotColumn("g", 3, 0, TypeParams(), generated=True)]
+    data = tmp_path / "s.t.000000000.csv"
+    data.write_bytes(b'"id","g"\r\n1,2\r\n')
+    with pytest.raises(SnapshotFormatError, match=r"no values for columns \['a'\] of the table's schema file"):
+        list(data_file_batches(DataFile(str(data), data.stat().st_size, "csv"), cols, dialect=CsvDialect(), tz="UTC"))
+    data.write_bytes(b'"id","a"\r\n1,2\r\n')
+    (batch,) = data_file_batches(DataFile(str(data), data.stat().st_size, "csv"), cols, dialect=CsvDialect(), tz="UTC")
+    assert batch.to_pylist() == [{"id": 1, "a": 2, "g": None}]
+    assert "generated column(s) ['g'] are not in the export" in caplog.text

@@ -37,6 +37,7 @@ from __future__ import annotations
 import base64
 import binascii
 import gzip
+import logging
 import re
 import struct
 from dataclasses import dataclass, field
@@ -64,6 +65,8 @@ __all__ = [
     "data_file_batches",
     "BINARY_FORMATS",
 ]
+
+log = logging.getLogger(__name__)
 
 BINARY_FORMATS = ("utf8", "hex", "base64")
 """Dumpling's ``--csv-output-dialect``/``--binary-format`` encodings of binary columns in CSV."""
@@ -95,6 +98,7 @@ class SnapshotColumn:
     type_code: int
     flags: int
     params: TypeParams
+    generated: bool = False
 
     @property
     def binary(self) -> bool:
@@ -129,7 +133,7 @@ class TableExport:
     def columns(self) -> list[SnapshotColumn]:
         from ..delta.ddl_replay import column_params
 
-        return [SnapshotColumn(c.name, int(c.type.type_code), int(c.type.flags), column_params(c))
+        return [SnapshotColumn(c.name, int(c.type.type_code), int(c.type.flags), column_params(c), c.generated)
                 for c in self.create.columns]
 
     @property
@@ -569,6 +573,17 @@ def data_file_batches(
                 f"{where}: columns {unknown} are not in the table's schema file (columns: {[c.name for c in columns]})"
             )
         order = [by_name[n.lower()] for n in names]
+        given = set(order)
+        missing = [c.name for i, c in enumerate(columns) if i not in given and not c.generated]
+        if missing:
+            raise SnapshotFormatError(
+                f"{where}: no values for columns {missing} of the table's schema file (the file names {names})"
+            )
+        left_out = [c.name for i, c in enumerate(columns) if i not in given]
+        if left_out:
+            log.warning("%s: the generated column(s) %s are not in the export (Dumpling leaves them out): they "
+                        "load as NULL; TiCDC sends STORED generated columns, so a row gets their value at its "
+                        "next change", where, left_out)
     schema = pa.schema([c.field() for c in columns] + [f for f, _ in extra])
     converters = [converter_for(c.type_code, c.flags, c.params, tz) for c in columns]
     position = {target: source for source, target in enumerate(order)}
