@@ -159,3 +159,26 @@ def test_bad_arguments(job: tuple[Path, Path], capsys: pytest.CaptureFixture, ar
     assert len(err.strip().splitlines()) == 1  # one clear line
     assert re.search(match, err)
     assert spark_dir.exists()
+
+
+def test_a_partition_quiet_since_a_reset_to_offsets_goes_on_from_its_offset(job: tuple[Path, Path],
+                                                                            tmp_path: Path) -> None:
+    """After `reset --offset cdc:0=5000 --offset cdc:1=7000`, a batch reads only partition 0: the state
+    still says partition 1 goes on at 7000, so a later `reset --from state` does not send it back to
+    earliest (offset-order mode reads its retained history again)."""
+    from types import SimpleNamespace
+
+    from ticdc_delta.delta.applier import ApplyResult, TableCatalog
+    from ticdc_delta.spark.batch_handler import next_state_meta
+
+    yaml_path, _ = job
+    cfg = config_from_mapping(json.loads(yaml_path.read_text()))
+    apply_reset(cfg, plan_reset(cfg, {"cdc": {0: 5000, 1: 7000}}))
+    after_reset = _state(tmp_path).meta
+    plan = SimpleNamespace(state=SimpleNamespace(applied_ddl=[]), topic_watermarks={})
+    meta = next_state_meta(after_reset, plan, SimpleNamespace(catalog=TableCatalog()), ApplyResult(),
+                           {("cdc", 0): (5000, 5000)}, "q-new", totals={})
+    assert meta["next_offsets"] == {"cdc": {"0": 5001, "1": 7000}}
+    store = StateStore(str(tmp_path / "ckpt" / "state"), "rs")
+    store.save(5, PipelineState(5, {}, [], meta))  # (the batch after the reset, as the job saves it)
+    assert plan_reset(cfg, "state", partitions_of=lambda topic: [0, 1]).starting_offsets == {"cdc": {0: 5001, 1: 7000}}

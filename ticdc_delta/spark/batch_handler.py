@@ -652,8 +652,14 @@ def next_state_meta(previous: Mapping[str, Any], plan: Any, applier: DeltaApplie
     meta["topic_watermarks"] = dict(plan.topic_watermarks)
     meta["checkpoint"] = {"query_id": query_id}
     meta.pop("reset", None)
-    meta.pop("starting_offsets", None)
+    started = meta.pop("starting_offsets", None)
     next_offsets = {t: dict(v) for t, v in meta.get("next_offsets", {}).items()}
+    if isinstance(started, dict):  # a reset to offsets: a partition without messages since goes on from there
+        for t, parts in started.items():
+            seen = next_offsets.setdefault(t, {})
+            for p, offset in parts.items():
+                if int(offset) >= 0:
+                    seen.setdefault(str(p), int(offset))
     for (t, p), (_, last) in offsets.items():
         seen = next_offsets.setdefault(t, {})
         seen[str(p)] = max(int(seen.get(str(p), 0)), last + 1)
