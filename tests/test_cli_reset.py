@@ -182,3 +182,23 @@ def test_a_partition_quiet_since_a_reset_to_offsets_goes_on_from_its_offset(job:
     store = StateStore(str(tmp_path / "ckpt" / "state"), "rs")
     store.save(5, PipelineState(5, {}, [], meta))  # (the batch after the reset, as the job saves it)
     assert plan_reset(cfg, "state", partitions_of=lambda topic: [0, 1]).starting_offsets == {"cdc": {0: 5001, 1: 7000}}
+
+
+def test_reset_from_state_refuses_a_batch_that_stopped_past_a_table_ddl(job: tuple[Path, Path],
+                                                                        tmp_path: Path) -> None:
+    """The batch after the state's wrote its DDL journal entry (it may have run the RENAME): read again
+    under a new epoch, its rows before the RENAME would re-create the old table. Refused, naming the DDL;
+    an entry of another batch changes nothing."""
+    from ticdc_delta.delta.ddl_journal import DDLJournal, JournalEntry
+
+    yaml_path, spark_dir = job
+    cfg = config_from_mapping(json.loads(yaml_path.read_text()))
+    journal = DDLJournal(str(tmp_path / "ckpt" / "ddl_journal"))
+    journal.save(JournalEntry("rs", 4, 0, [400, "RENAME TABLE `s`.`a` TO `s`.`b`"]))  # batch 4: done
+    assert plan_reset(cfg, "state", partitions_of=lambda topic: [0, 1]).keep_position
+    journal.save(JournalEntry("rs", 5, 0, [401, "RENAME TABLE `s`.`a` TO `s`.`b`"]))
+    with pytest.raises(ValueError, match=r"batch 5 stopped part-way.*RENAME TABLE `s`\.`a` TO `s`\.`b`.*commit ts "
+                                         r"401.*Restore the matching"):
+        plan_reset(cfg, "state", partitions_of=lambda topic: [0, 1])
+    assert main(["reset", "--config", str(yaml_path), "--from", "state", "--yes"]) == EXIT_TERMINAL
+    assert spark_dir.exists()

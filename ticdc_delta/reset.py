@@ -105,6 +105,7 @@ def plan_reset(
     if keep_position:
         if saved is None:
             raise ValueError(f"--from state: there is no job state in {store.path} to continue from")
+        _refuse_a_batch_stopped_past_a_table_ddl(cfg, meta, saved.batch_id + 1)
         starting: Any = _offsets_after_state(cfg, meta, partitions_of)
     elif isinstance(start, str):
         if start not in ("earliest", "latest"):
@@ -144,6 +145,31 @@ def plan_reset(
     )
     return ResetPlan(cfg.checkpoint.rstrip("/"), None if saved is None else saved.batch_id, previous_query,
                      epoch, starting, keep_position, state)
+
+
+def _refuse_a_batch_stopped_past_a_table_ddl(cfg: JobConfig, meta: Mapping[str, Any], batch_id: int) -> None:
+    """``--from state`` reads the batch after the state's again, under a new epoch. When that batch stopped
+    after its DDL journal entry (a RENAME / DROP / CREATE TABLE, DROP DATABASE it may have run), the rows
+    before the DDL would be merged again into tables the DDL moved (a stale table, then a refused move):
+    only a re-run of that batch itself (its Spark checkpoint) can finish it.
+
+    Raises:
+        ValueError: there is such an entry.
+        SinkError: the journal cannot be read.
+    """
+    from .delta.ddl_journal import DDLJournal
+
+    epoch = meta.get("epoch")
+    app_id = cfg.changefeed if not epoch else f"{cfg.changefeed}~{epoch}"
+    journal = DDLJournal(cfg.checkpoint.rstrip("/") + "/ddl_journal", storage_options=cfg.sink.storage_options or None)
+    entry = journal.load(app_id, batch_id)
+    if entry is not None:
+        raise ValueError(
+            f"--from state: batch {batch_id} stopped part-way, after committing what came before its DDL "
+            f"{entry.ddl[1]!r} (commit ts {entry.ddl[0]}), which moves or drops tables; read again from the "
+            f"state it would re-create tables that DDL moved. Restore the matching {cfg.checkpoint}/spark and "
+            "run the job to finish that batch, or reset to offsets after that DDL"
+        )
 
 
 def _removes_rows(identity: Sequence[Any]) -> bool:
