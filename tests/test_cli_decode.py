@@ -132,3 +132,19 @@ def test_decode_prints_integers_beyond_64_bits_exactly(tmp_path: Path, capsys: p
                          "--value-file", str(tmp_path / "v"))
     assert rc == 0, err
     assert objs[0]["columns"] == {"c": 123456789012345678901234567890, "d": 1.5}
+
+
+def test_decode_prints_a_failed_entry_of_a_batch_and_the_others(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A handle-key-only row batched with a whole one: the whole row, then the failed entry and why."""
+    from .codec.test_open_protocol import frame_key, frame_value
+
+    whole = b'{"u":{"id":{"t":3,"h":true,"f":11,"v":7}}}'
+    (tmp_path / "k").write_bytes(frame_key(b'{"ts":8,"scm":"s","tbl":"t","t":1}',
+                                           b'{"ts":9,"scm":"s","tbl":"t","t":1,"ohk":true}'))
+    (tmp_path / "v").write_bytes(frame_value(whole, whole))
+    rc, objs, err = _run(capsys, "--protocol", "open-protocol", "--key-file", str(tmp_path / "k"),
+                         "--value-file", str(tmp_path / "v"))
+    assert rc == 0, err
+    assert [o["kind"] for o in objs] == ["row", "failed"] and objs[1]["commit_ts"] == 9
+    assert "entry 1 of 2" in objs[1]["error"] and "handle-key-only" in objs[1]["error"]
