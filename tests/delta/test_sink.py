@@ -143,6 +143,11 @@ def test_ensure_table_with_partitions(sink: DeltaRsSink) -> None:
     assert DeltaTable(sink.table_path(*T1)).metadata().partition_columns == ["name"]
     with pytest.raises(ValueError, match="partition column 'nope'"):
         sink.ensure_table(TableIdent("shop", "other"), SCHEMA, ["nope"], txn(1))
+    # bytes: delta-rs stored b"\x00\xff" as the text "\u0000\u00FF" and escaped it again at each compaction
+    blob = pa.schema([pa.field("id", pa.int64()), pa.field("b", pa.binary())])
+    with pytest.raises(ValueError, match=r"partition column 'b' holds bytes \(binary\).*partition by another column"):
+        sink.ensure_table(TableIdent("shop", "blobs"), blob, ["b"], txn(1))
+    assert sink.table_schema(TableIdent("shop", "blobs")) is None
 
 
 def test_schema_commit_then_data_commit_in_one_batch(sink: DeltaRsSink) -> None:

@@ -481,6 +481,11 @@ def check_new_table(arrow_schema: pa.Schema, partition_by: Sequence[str] | None)
     for name in parts:
         if arrow_schema.get_field_index(name) < 0:
             raise ValueError(f"partition column {name!r} is not in the schema {arrow_schema.names}")
+        kind = arrow_schema.field(name).type
+        if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+            # (delta-rs writes such values escaped and re-escapes them at every compaction; Spark refuses them)
+            raise ValueError(f"partition column {name!r} holds bytes ({kind}), which no Delta partition value keeps "
+                             "as they are: partition by another column (tables[].partition_by)")
     if OP_COLUMN in arrow_schema.names:
         raise ValueError(_RESERVED)
     return parts
