@@ -39,7 +39,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Sequence
 
 from .config import JobConfig
-from .delta.state_store import RESET_BATCH_ID, PipelineState, StateStore
+from .delta.state_store import RESET_BATCH_ID, PipelineState, StateStore, epoch_app_id
 from .errors import CheckpointMismatchError, SinkError
 from .locations import local_path
 
@@ -159,10 +159,8 @@ def _refuse_a_batch_stopped_past_a_table_ddl(cfg: JobConfig, meta: Mapping[str, 
     """
     from .delta.ddl_journal import DDLJournal
 
-    epoch = meta.get("epoch")
-    app_id = cfg.changefeed if not epoch else f"{cfg.changefeed}~{epoch}"
     journal = DDLJournal(cfg.checkpoint.rstrip("/") + "/ddl_journal", storage_options=cfg.sink.storage_options or None)
-    entry = journal.load(app_id, batch_id)
+    entry = journal.load(epoch_app_id(cfg.changefeed, meta), batch_id)
     if entry is not None:
         raise ValueError(
             f"--from state: batch {batch_id} stopped part-way, after committing what came before its DDL "

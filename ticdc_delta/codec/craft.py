@@ -1198,11 +1198,15 @@ class CraftEncoder:
         Raises:
             EncodeError: no events, or an event Craft cannot carry.
         """
+        prepared: list[_PreparedRow | DDLEvent | ResolvedEvent] = []
         for ev in events:
-            if not isinstance(ev, (RowChange, DDLEvent, ResolvedEvent)):
+            if isinstance(ev, RowChange):
+                prepared.append(self._prepare_row(ev))
+            elif isinstance(ev, (DDLEvent, ResolvedEvent)):
+                prepared.append(ev)
+            else:
                 raise EncodeError(f"{PROTOCOL}: cannot encode {type(ev).__name__}")
-        return self._assemble([self._prepare_row(ev) if isinstance(ev, RowChange) else ev
-                               for ev in events if isinstance(ev, (RowChange, DDLEvent, ResolvedEvent))])
+        return self._assemble(prepared)
 
     def _prepare_row(self, ev: RowChange) -> _PreparedRow:
         """Encode a row's values now (TiCDC builds its column groups when a row is appended).

@@ -565,10 +565,10 @@ class OpenProtocolDecoder:
             except LargeMessageError as exc:
                 if len(keys) == 1:
                     raise  # (a message of its own: the message is the dead letter)
-                # TiCDC batches a handle-key-only row with whole rows of any table: only it is refused
-                ts = head.get("ts") if type(head) is dict else None
+                # TiCDC batches a handle-key-only row with whole rows of any table: only it is refused (its
+                # key is an object with a valid "ts": _event checked both before the row's value)
                 failed = type(exc)(exc.protocol, f"entry {i} of {len(keys)}: {exc.reason}", *ctx)
-                events.append(FailedEntry(ts if type(ts) is int else None, str(failed), ctx))
+                events.append(FailedEntry(head["ts"], str(failed), ctx))
         return events
 
     def _fast_events(self, keys: list[bytes], values: list[bytes], ctx: DecodeContext) -> list[Event] | None:

@@ -600,7 +600,13 @@ def _format_wall_clock(d: datetime, fsp: int | None) -> str:
     )
     if fsp is None:
         return f"{text}.{d.microsecond:06d}" if d.microsecond else text
-    return f"{text}.{d.microsecond:06d}"[: len(text) + 1 + fsp] if fsp > 0 else text
+    return text + fraction_text(f"{d.microsecond:06d}", fsp)
+
+
+def fraction_text(digits: str | None, fsp: int) -> str:
+    """``.`` and ``fsp`` fractional digits of ``digits`` (padded with zeros; none at all for ``fsp`` 0): how
+    TiDB ends the text of a DATETIME, TIMESTAMP or TIME of that precision."""
+    return f".{(digits or '').ljust(6, '0')[:fsp]}" if fsp else ""
 
 
 class TextSource(NamedTuple):
@@ -681,9 +687,9 @@ def narrowed(column: pa.Array | pa.ChunkedArray, how: Narrowing) -> pa.Array:
         SinkError: a TIME text that is not ``[-]H:MM:SS[.f]``.
     """
     kind = column.type
-    values = column.to_pylist()
     if how.float32:
-        out: list[Any] = [None if v is None else struct.unpack("<f", struct.pack("<f", v))[0] for v in values]
+        out: list[Any] = [None if v is None else struct.unpack("<f", struct.pack("<f", v))[0]
+                          for v in column.to_pylist()]
         return pa.array(out, kind)
     step = 10 ** (6 - (how.fsp or 0))
     if pa.types.is_timestamp(kind):
@@ -691,7 +697,7 @@ def narrowed(column: pa.Array | pa.ChunkedArray, how: Narrowing) -> pa.Array:
         out = [None if v is None else (v + step // 2) // step * step for v in micros]
         return pa.array(out, pa.int64()).cast(kind)
     out = []
-    for text in values:
+    for text in column.to_pylist():
         if text is None:
             out.append(None)
             continue
@@ -709,8 +715,8 @@ def narrowed(column: pa.Array | pa.ChunkedArray, how: Narrowing) -> pa.Array:
 def _time_text(micros: int, fsp: int) -> str:
     sign, micros = ("-", -micros) if micros < 0 else ("", micros)
     seconds, fraction = divmod(micros, 1_000_000)
-    text = f"{sign}{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-    return f"{text}.{fraction:06d}"[: len(text) + 1 + fsp] if fsp else text
+    return f"{sign}{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" + fraction_text(
+        f"{fraction:06d}", fsp)
 
 
 def canonical_from_delta(

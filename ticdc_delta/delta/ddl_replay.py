@@ -70,7 +70,17 @@ from ..core.records import DDLRecord
 from ..errors import DDLPolicyError, IdentifierError
 from ..locations import fold_name
 from ..schema import ddl as d
-from .arrow_types import Narrowing, TextSource, TypeParams, arrow_field_for, arrow_type_for, converter_for, source_zone, widens
+from .arrow_types import (
+    Narrowing,
+    TextSource,
+    TypeParams,
+    arrow_field_for,
+    arrow_type_for,
+    converter_for,
+    fraction_text,
+    source_zone,
+    widens,
+)
 from .sink import TableIdent, Txn, narrow_columns
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -160,7 +170,7 @@ def default_value(col: "d.ColumnDef", commit_ts: int | None, tz: str) -> Any:
             local = moment.astimezone(source_zone(tz)).replace(tzinfo=None)
             fsp = col.type.fsp or 0
             out = local.strftime("%Y-%m-%d %H:%M:%S")
-            return out + _fraction(f"{local.microsecond:06d}", fsp)
+            return out + fraction_text(f"{local.microsecond:06d}", fsp)
         return None
     if text.startswith("(") or not text:
         log.warning("cannot evaluate the expression default %s of column %s: existing rows get NULL", text, col.name)
@@ -203,10 +213,6 @@ _DATE_TIME = re.compile(r"(\d{1,4})-(\d{1,2})-(\d{1,2})(?:[ T](\d{1,2}):(\d{1,2}
 _TIME = re.compile(r"(-?)(?:(\d{1,3}):(\d{1,2})(?::(\d{1,2}))?|(\d{1,7}))(?:\.(\d{0,6}))?")
 
 
-def _fraction(digits: str | None, fsp: int) -> str:
-    return f".{(digits or '').ljust(6, '0')[:fsp]}" if fsp else ""
-
-
 def _canonical_date_time(raw: str, tc: TypeCode, fsp: int) -> str:
     """A DATE/DATETIME/TIMESTAMP default in TiDB's own text ('2020-1-2' is '2020-01-02', a DATETIME's
     '2020-01-02' is '2020-01-02 00:00:00'); text of another shape as written (the write then judges it)."""
@@ -217,7 +223,7 @@ def _canonical_date_time(raw: str, tc: TypeCode, fsp: int) -> str:
     date = f"{int(y):04d}-{int(mo):02d}-{int(d):02d}"
     if tc in (TypeCode.DATE, TypeCode.NEWDATE):
         return date
-    return f"{date} {int(h or 0):02d}:{int(mi or 0):02d}:{int(sec or 0):02d}" + _fraction(frac, fsp)
+    return f"{date} {int(h or 0):02d}:{int(mi or 0):02d}:{int(sec or 0):02d}" + fraction_text(frac, fsp)
 
 
 def _canonical_time(raw: str, fsp: int) -> str:
@@ -230,7 +236,7 @@ def _canonical_time(raw: str, fsp: int) -> str:
     if digits is not None:  # [[H]HMM]SS
         number = int(digits)
         h, mi, sec = str(number // 10000), str(number // 100 % 100), str(number % 100)
-    return f"{sign}{int(h):02d}:{int(mi):02d}:{int(sec or 0):02d}" + _fraction(frac, fsp)
+    return f"{sign}{int(h):02d}:{int(mi):02d}:{int(sec or 0):02d}" + fraction_text(frac, fsp)
 
 
 def _member_labels(raw: str, members: tuple[str, ...], is_set: bool) -> str:
@@ -273,7 +279,7 @@ def _zero_value(col: "d.ColumnDef") -> Any:
     if tc == TypeCode.ENUM:
         return col.type.members[0] if col.type.members else ""
     if tc == TypeCode.TIME:
-        return "00:00:00" + _fraction(None, col.type.fsp or 0)
+        return "00:00:00" + fraction_text(None, col.type.fsp or 0)
     if tc == TypeCode.JSON:
         return "null"
     if tc == TypeCode.VECTOR_FLOAT32:

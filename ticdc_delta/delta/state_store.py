@@ -42,7 +42,7 @@ from ticdc_delta.errors import ConcurrentJobError, SinkError
 from .sink import Txn, already_applied, commit_properties, read_table, run_commit
 
 __all__ = ["PipelineState", "StateStore", "STATE_SCHEMA", "STATE_FORMAT", "STATE_TABLE_PROPERTIES",
-           "RESET_BATCH_ID"]
+           "RESET_BATCH_ID", "epoch_app_id"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,13 @@ every log file of the last 30 days (~1 ms per 1,000: 86,400 a day with a 1-secon
 week of tombstones in each checkpoint (~3.4 ms per 1,000 on every load: ~600,000 in a week at that
 trigger). A store gives a table it creates these properties, and one made without them (by an earlier
 version) before its first save."""
+
+
+def epoch_app_id(changefeed: str, meta: Mapping[str, Any]) -> str:
+    """The Delta app-transaction id of the epoch a job state's ``meta`` records: ``<changefeed>~<epoch>``
+    (states written before epochs existed: the bare changefeed)."""
+    epoch = meta.get("epoch")
+    return changefeed if not epoch else f"{changefeed}~{epoch}"
 
 
 @dataclass

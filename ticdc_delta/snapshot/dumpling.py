@@ -327,17 +327,17 @@ def parse_csv(data: bytes, dialect: CsvDialect, where: str) -> tuple[list[str] |
 
 # ------------------------------------------------------------------------------------------ SQL
 
-_SQL_TOKEN = re.compile(
-    rb"\s*(?:(?P<null>NULL)\b|'(?P<str>(?:[^'\\]|\\.|'')*)'|[xX]'(?P<hex>[0-9a-fA-F]*)'"
-    rb"|(?P<num>[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?))\s*",
-    re.DOTALL,
-)
-# (Dumpling --escape-backslash=false: a quote is doubled, a backslash is itself)
-_SQL_TOKEN_NO_ESCAPE = re.compile(
-    rb"\s*(?:(?P<null>NULL)\b|'(?P<str>(?:[^']|'')*)'|[xX]'(?P<hex>[0-9a-fA-F]*)'"
-    rb"|(?P<num>[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?))\s*",
-    re.DOTALL,
-)
+def _sql_token(string_body: bytes) -> re.Pattern[bytes]:
+    """A value of a Dumpling INSERT: NULL, a string literal whose body is ``string_body``, x'hex' or a number."""
+    return re.compile(
+        rb"\s*(?:(?P<null>NULL)\b|'(?P<str>" + string_body + rb")'|[xX]'(?P<hex>[0-9a-fA-F]*)'"
+        rb"|(?P<num>[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?))\s*",
+        re.DOTALL,
+    )
+
+
+_SQL_TOKEN = _sql_token(rb"(?:[^'\\]|\\.|'')*")
+_SQL_TOKEN_NO_ESCAPE = _sql_token(rb"(?:[^']|'')*")  # (--escape-backslash=false: a backslash is itself)
 _INSERT = re.compile(rb"\s*INSERT\s+INTO\s+`(?:[^`]|``)+`\s*(?:\((?P<cols>[^)]*)\)\s*)?VALUES\s*", re.IGNORECASE)
 _SKIP = re.compile(rb"\s*(?:/\*.*?\*/\s*;?|--[^\n]*\n)", re.DOTALL)
 

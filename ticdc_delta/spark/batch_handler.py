@@ -37,7 +37,7 @@ from ..delta.value_check import Rejection, ValueScreen, describe_rejections, val
 from ..delta.applier import ApplyResult, DeltaApplier, TableCatalog, TableOptions
 from ..delta.ddl_journal import DDLJournal
 from ..delta.sink import DeltaRsSink, TableIdent, batch_txn
-from ..delta.state_store import RESET_BATCH_ID, PipelineState, StateStore
+from ..delta.state_store import RESET_BATCH_ID, PipelineState, StateStore, epoch_app_id
 from ..locations import child_location
 from ..errors import (
     BrokerUnavailableError, ConfigError, DecodeError, ImplausibleTimestampError, TerminalError, TicdcDeltaError,
@@ -186,8 +186,7 @@ class BatchHandler:
         checkpoint, so each start from nothing (epoch: the Spark query id) and each ``reset`` (a new random
         epoch) gets ids of its own: batches committed to the same tables before can never make a new batch
         look committed. States written before epochs existed keep the bare changefeed."""
-        epoch = self._meta.get("epoch")
-        return self.cfg.changefeed if not epoch else f"{self.cfg.changefeed}~{epoch}"
+        return epoch_app_id(self.cfg.changefeed, self._meta)
 
     # --- state ---------------------------------------------------------------------------------------
 
