@@ -92,6 +92,23 @@ def test_drop_rename_modify_column(h: Harness) -> None:
         h.ddl("ALTER TABLE `s`.`t` MODIFY `amount` DECIMAL(4,1)")
 
 
+def test_virtual_generated_columns_get_no_delta_column(tmp_path: Any) -> None:
+    """TiCDC's rows never carry a VIRTUAL generated column (STORED ones they do): a Delta column of one
+    would hold only NULLs where TiDB shows values. CREATE and ADD leave it out; a later DDL naming it finds
+    nothing to change."""
+    h = Harness(str(tmp_path))
+    h.ddl("CREATE TABLE `s`.`t` (`id` BIGINT NOT NULL PRIMARY KEY, `a` INT, `v` INT AS (`a` * 2), "
+          "`g` INT GENERATED ALWAYS AS (`a` + 1) STORED, `w` INT GENERATED ALWAYS AS (`a`) VIRTUAL NOT NULL)")
+    assert h.schema().names == ["id", "a", "g"]
+    h.rows({"id": 1, "a": 3, "g": 4})
+    h.ddl("ALTER TABLE `s`.`t` ADD COLUMN `x` VARCHAR(5) AS (CONCAT(`a`, 'x')), ADD COLUMN `n` INT DEFAULT 5")
+    h.ddl("ALTER TABLE `s`.`t` MODIFY COLUMN `v` BIGINT AS (`a` * 3) VIRTUAL")
+    h.ddl("ALTER TABLE `s`.`t` RENAME COLUMN `w` TO `w2`")
+    h.ddl("ALTER TABLE `s`.`t` DROP COLUMN `x`")
+    assert h.schema().names == ["id", "a", "g", "n"]
+    assert h.read() == [{"id": 1, "a": 3, "g": 4, "n": 5}]
+
+
 def test_modify_to_text_prints_old_values_as_tidb_does(tmp_path: Any) -> None:
     """MODIFY COLUMN to VARCHAR: TiDB rewrites each stored value as its text (``convertToString``): DATETIME
     and TIMESTAMP with the column's fractional digits (TIMESTAMP in the source zone), FLOAT and DOUBLE in

@@ -378,6 +378,26 @@ def _modify_to_text(sc: Scenario, s: str, phase: str) -> None:
         sc.update(s, "t", {"id": 1}, db="x")
 
 
+def _virtual_generated(sc: Scenario, s: str, phase: str) -> None:
+    """TiCDC's rows leave VIRTUAL generated columns out (STORED ones they carry): no Delta column holds
+    one, whatever DDL names it later; a STORED one is an ordinary column."""
+    if phase == SETUP:
+        _create(sc, s, "t", "`id` INT NOT NULL, `a` INT, `v` INT AS (`a` * 2), `g` INT AS (`a` + 1) STORED, "
+                            "PRIMARY KEY (`id`)")
+        sc.insert(s, "t", id=1, a=1, g=2)
+        sc.insert(s, "t", id=2, a=5, g=6)
+    elif phase == CHANGE:
+        t = _t(s, "t")
+        sc.ddl(f"ALTER TABLE {t} ADD COLUMN `w` VARCHAR(9) GENERATED ALWAYS AS (CONCAT(`a`, 'x')), "
+               "ADD COLUMN `n` INT DEFAULT 7")
+        sc.ddl(f"ALTER TABLE {t} MODIFY COLUMN `v` BIGINT AS (`a` * 3) VIRTUAL")
+        sc.ddl(f"ALTER TABLE {t} RENAME COLUMN `w` TO `w2`")
+        sc.ddl(f"ALTER TABLE {t} DROP COLUMN `v`")
+    else:
+        sc.insert(s, "t", id=3, a=9, g=10, n=1)
+        sc.update(s, "t", {"id": 1}, a=2, g=3)
+
+
 def _modify_narrower(sc: Scenario, s: str, phase: str) -> None:
     """Less precision in the same Delta type: TiDB rounds the stored values (half up, carrying into the
     seconds, the day, the year) and DOUBLE → FLOAT rounds to a single."""
@@ -544,6 +564,7 @@ MATRIX: list[Case] = [
     Case("modify_float_double", _modify_float_double),
     Case("modify_to_text", _modify_to_text),
     Case("modify_narrower", _modify_narrower),
+    Case("virtual_generated", _virtual_generated),
     Case("set_drop_default", _set_drop_default),
     Case("add_primary_key", _add_primary_key),
     Case("widen_primary_key", _widen_primary_key),

@@ -197,7 +197,8 @@ CASES: list[Case] = [
     ),
     Case(
         "create-generated-columns",
-        "CREATE TABLE t (a INT, g INT GENERATED ALWAYS AS (a + 1) STORED, v INT AS (a * 2) VIRTUAL, s SERIAL)",
+        "CREATE TABLE t (a INT, g INT GENERATED ALWAYS AS (a + 1) STORED, v INT AS (a * 2) VIRTUAL, s SERIAL, "
+        "w INT GENERATED ALWAYS AS (a) NOT NULL)",
         [
             CreateTable(
                 S,
@@ -205,8 +206,9 @@ CASES: list[Case] = [
                 (
                     col("a", "int"),
                     col("g", "int", generated=True),
-                    col("v", "int", generated=True),
+                    col("v", "int", generated=True, virtual=True),
                     col("s", "serial", nullable=False, auto_increment=True),
+                    col("w", "int", nullable=False, generated=True, virtual=True),  # (VIRTUAL: the default)
                 ),
                 (),
                 (("s",),),

@@ -138,3 +138,20 @@ def test_a_column_the_file_leaves_out_is_an_error_unless_generated(tmp_path: Pat
     (batch,) = data_file_batches(DataFile(str(data), data.stat().st_size, "csv"), cols, dialect=CsvDialect(), tz="UTC")
     assert batch.to_pylist() == [{"id": 1, "a": 2, "g": None}]
     assert "generated column(s) ['g'] are not in the export" in caplog.text
+
+
+def test_a_virtual_generated_column_gets_no_column(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """TiCDC never sends a VIRTUAL generated column, so the stream's DDL gives it no Delta column: nor does
+    the snapshot, and a unique key over one is no handle key (Dumpling's files leave out every generated
+    column; a STORED one loads as NULL until its row changes)."""
+    (tmp_path / "metadata").write_text("SHOW MASTER STATUS:\n\tLog: tidb-binlog\n\tPos: 446000000000000000\n")
+    (tmp_path / "s.t-schema.sql").write_text(
+        "CREATE TABLE `t` (\n  `id` int NOT NULL,\n  `a` int DEFAULT NULL,\n"
+        "  `v` int GENERATED ALWAYS AS ((`a` * 2)) VIRTUAL NOT NULL,\n"
+        "  `g` int GENERATED ALWAYS AS ((`a` + 1)) STORED,\n  UNIQUE KEY `uv` (`v`),\n  UNIQUE KEY `ui` (`id`)\n)")
+    (tmp_path / "s.t.000000000.csv").write_bytes(b'"id","a"\r\n1,2\r\n')
+    (t,) = read_export(str(tmp_path)).tables
+    assert [c.name for c in t.columns] == ["id", "a", "g"] and t.key == ("id",)
+    (batch,) = data_file_batches(t.files[0], t.columns, dialect=CsvDialect(), tz="UTC")
+    assert batch.to_pylist() == [{"id": 1, "a": 2, "g": None}]
+    assert "generated column(s) ['g'] are not in the export" in caplog.text

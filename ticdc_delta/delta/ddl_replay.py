@@ -60,7 +60,7 @@ import logging
 import re
 from datetime import datetime, timezone
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 import pyarrow as pa
 
@@ -453,7 +453,7 @@ class DDLReplayer:
             schema = like
         else:
             fields = []
-            for col in change.columns:
+            for col in _stored(change.columns, ident):
                 params = column_params(col)
                 applier.catalog.set_params(ident.schema, ident.table, col.name, params)
                 fields.append(arrow_field_for(col.name, col.type.type_code, col.type.flags, params))
@@ -475,7 +475,7 @@ class DDLReplayer:
                      applier: "DeltaApplier", txn: Txn) -> bool:
         ident = TableIdent(change.schema, change.table)
         fields, defaults = [], {}
-        for col in change.columns:
+        for col in _stored(change.columns, ident):
             params = column_params(col)
             applier.catalog.set_params(ident.schema, ident.table, col.name, params)
             if _find(existing, col.name) is not None:
@@ -550,6 +550,20 @@ def _narrowing(col: "d.ColumnDef", before: TypeParams | None, stored: pa.DataTyp
 
 
 _NAME_FIELDS = ("schema", "table", "new_schema", "new_table")
+
+
+def _stored(columns: Iterable["d.ColumnDef"], ident: TableIdent) -> list["d.ColumnDef"]:
+    """``columns`` but the VIRTUAL generated ones: TiDB computes those when a row is read and TiCDC never
+    sends their values (its row events leave them out), so a Delta column of one would hold only NULLs.
+    A later DDL naming such a column (DROP, RENAME, MODIFY) finds no Delta column and changes nothing."""
+    out = []
+    for col in columns:
+        if col.virtual:
+            log.info("%s.%s: the VIRTUAL generated column %s gets no Delta column (TiCDC never sends its "
+                     "values; compute it in a view)", ident.schema, ident.table, col.name)
+        else:
+            out.append(col)
+    return out
 
 
 def _fold_names(change: Any) -> Any:

@@ -109,7 +109,8 @@ class ColumnDef:
     ``"CURRENT_TIMESTAMP"`` (``"CURRENT_TIMESTAMP(3)"`` with a precision), charset introducers are dropped
     (``_utf8mb4'x'`` is ``"'x'"``) and expression defaults are their parenthesised SQL (``"(UUID())"``).
     ``nullable`` is ``False`` for ``NOT NULL`` and for primary-key columns. ``generated`` is true for
-    ``GENERATED ALWAYS AS (...)`` columns.
+    ``GENERATED ALWAYS AS (...)`` columns, ``virtual`` for those of them TiDB computes when a row is read
+    (``VIRTUAL``, the default; not ``STORED``): TiCDC never sends their values.
     """
 
     name: str
@@ -119,6 +120,7 @@ class ColumnDef:
     auto_increment: bool = False
     comment: str | None = None
     generated: bool = False
+    virtual: bool = False
 
 
 @dataclass(frozen=True)
@@ -931,7 +933,7 @@ def _column_def(node: exp.ColumnDef) -> tuple[ColumnDef, bool, bool]:
     constraints = node.args.get("constraints") or []
     nullable = True
     default: str | None = None
-    auto_increment = generated = in_pk = in_unique = False
+    auto_increment = generated = virtual = in_pk = in_unique = False
     comment: str | None = None
     for constraint in constraints:
         item = constraint.args.get("kind") if isinstance(constraint, exp.ColumnConstraint) else constraint
@@ -943,8 +945,11 @@ def _column_def(node: exp.ColumnDef) -> tuple[ColumnDef, bool, bool]:
             auto_increment = True
         elif isinstance(item, exp.CommentColumnConstraint):
             comment = item.this.this if isinstance(item.this, exp.Literal) else _sql(item.this)
-        elif isinstance(item, (exp.ComputedColumnConstraint, exp.GeneratedAsIdentityColumnConstraint)):
-            generated = True
+        elif isinstance(item, exp.ComputedColumnConstraint):
+            generated, virtual = True, not item.args.get("persisted")
+        elif isinstance(item, exp.GeneratedAsIdentityColumnConstraint):
+            # (``GENERATED ALWAYS AS (expr)`` with neither STORED nor VIRTUAL: MySQL's default is VIRTUAL)
+            generated, virtual = True, item.args.get("expression") is not None
         elif isinstance(item, exp.PrimaryKeyColumnConstraint):
             in_pk = True
         elif isinstance(item, exp.UniqueColumnConstraint):
@@ -955,7 +960,7 @@ def _column_def(node: exp.ColumnDef) -> tuple[ColumnDef, bool, bool]:
     if in_pk:
         nullable = False  # MySQL: primary-key columns are NOT NULL
     column_type = column_type_from_sqlglot(kind, constraints)
-    column = ColumnDef(node.name, column_type, nullable, default, auto_increment, comment, generated)
+    column = ColumnDef(node.name, column_type, nullable, default, auto_increment, comment, generated, virtual)
     return column, in_pk, in_unique
 
 

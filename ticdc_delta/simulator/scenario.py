@@ -156,6 +156,7 @@ class ModelColumn:
     default: str | None = None
     auto_increment: bool = False
     generated: bool = False
+    virtual: bool = False  # a VIRTUAL generated column: TiCDC's rows leave it out, the Delta table too
 
     @property
     def type_code(self) -> int:
@@ -216,11 +217,12 @@ class ModelTable:
         raise ValueError(f"{self.qualified} has no column {name!r}")
 
     def handle_key(self) -> tuple[str, ...]:
-        """TiCDC's handle key: the primary key, else the first unique key over NOT NULL columns, else ()."""
+        """TiCDC's handle key: the primary key, else the first unique key over NOT NULL columns (not VIRTUAL
+        generated ones: its rows leave those out), else ()."""
         if self.primary_key:
             return self.primary_key
         for cols in self.unique_keys.values():
-            if all(not self.column(c).nullable for c in cols):
+            if all(not self.column(c).nullable and not self.column(c).virtual for c in cols):
                 return cols
         return ()
 
@@ -247,9 +249,12 @@ class ModelTable:
         return column_flag(int(value))
 
     def image(self, row: Mapping[str, Any], *, labels: bool = False) -> tuple[Column, ...]:
-        """The row image of ``row``: every column, in column order (ENUM/SET as labels when ``labels``)."""
+        """The row image of ``row``: every column but the VIRTUAL generated ones (TiCDC leaves them out), in
+        column order (ENUM/SET as labels when ``labels``)."""
         out = []
         for col in self.columns:
+            if col.virtual:
+                continue
             value = row[col.name]
             if labels:
                 value = _as_label(col, value)
@@ -262,14 +267,16 @@ class ModelTable:
         return tuple(row[self.column(n).name] for n in names)
 
     def oracle(self, *, labels: bool) -> TableOracle:
-        """The table as the oracle describes it (ENUM/SET as labels when ``labels``)."""
+        """The table as the oracle describes it (ENUM/SET as labels when ``labels``; no VIRTUAL generated
+        column: the Delta table has none)."""
+        stored = [c for c in self.columns if not c.virtual]
         columns = [
             OracleColumn(c.name, c.type_code, int(self.flags(c)), c.mysql_type, c.type.precision, c.type.scale,
                          tuple(c.type.members) if c.type.members else None)
-            for c in self.columns
+            for c in stored
         ]
-        key = tuple(self.column(k).name for k in self.handle_key()) or tuple(c.name for c in self.columns)
-        rows = [{c.name: (_as_label(c, r[c.name]) if labels else r[c.name]) for c in self.columns} for r in self.rows]
+        key = tuple(self.column(k).name for k in self.handle_key()) or tuple(c.name for c in stored)
+        rows = [{c.name: (_as_label(c, r[c.name]) if labels else r[c.name]) for c in stored} for r in self.rows]
         return TableOracle(self.schema, self.table, key, columns, rows)
 
 
@@ -515,7 +522,8 @@ def _default_value(col: ModelColumn, ts: int, where: str) -> tuple[bool, Any]:
 
 
 def _model_column(cdef: d.ColumnDef) -> ModelColumn:
-    return ModelColumn(cdef.name, cdef.type, cdef.nullable, cdef.default, cdef.auto_increment, cdef.generated)
+    return ModelColumn(cdef.name, cdef.type, cdef.nullable, cdef.default, cdef.auto_increment, cdef.generated,
+                       cdef.virtual)
 
 
 def _q(name: str) -> str:
@@ -1168,7 +1176,7 @@ class Scenario:
         cdef = change.column
         in_pk = col.name.lower() in (c.lower() for c in t.primary_key)
         new = ModelColumn(col.name, cdef.type, cdef.nullable and not in_pk, cdef.default, cdef.auto_increment,
-                          cdef.generated)
+                          cdef.generated, cdef.virtual)
         if new.default is not None:
             _default_value(new, ts, where)
         # TiDB re-reads every stored value in the new type (a DECIMAL shows the new scale; a column that

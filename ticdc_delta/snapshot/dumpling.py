@@ -133,15 +133,17 @@ class TableExport:
     def columns(self) -> list[SnapshotColumn]:
         from ..delta.ddl_replay import column_params
 
+        # (a VIRTUAL generated column has no Delta column: TiCDC never sends its values, see ddl_replay)
         return [SnapshotColumn(c.name, int(c.type.type_code), int(c.type.flags), column_params(c), c.generated)
-                for c in self.create.columns]
+                for c in self.create.columns if not c.virtual]
 
     @property
     def key(self) -> tuple[str, ...]:
-        """TiCDC's handle key: the primary key, else the first unique key over NOT NULL columns."""
+        """TiCDC's handle key: the primary key, else the first unique key over NOT NULL columns (not VIRTUAL
+        generated ones: TiCDC's rows leave those out)."""
         if self.create.primary_key:
             return tuple(self.create.primary_key)
-        not_null = {c.name.lower() for c in self.create.columns if not c.nullable}
+        not_null = {c.name.lower() for c in self.create.columns if not c.nullable and not c.virtual}
         for cols in self.create.unique_keys:
             if all(c.lower() in not_null for c in cols):
                 return tuple(cols)

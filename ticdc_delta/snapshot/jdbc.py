@@ -128,18 +128,24 @@ class JdbcSource:
     def _table(self, db: str, table: str) -> TableExport:
         where = f"{self.location} {db}.{table}"
         cols = self._query(
-            "SELECT COLUMN_NAME AS name, COLUMN_TYPE AS type, IS_NULLABLE AS nullable FROM information_schema.COLUMNS "
-            f"WHERE TABLE_SCHEMA = {_lit(db)} AND TABLE_NAME = {_lit(table)} ORDER BY ORDINAL_POSITION")
+            "SELECT COLUMN_NAME AS name, COLUMN_TYPE AS type, IS_NULLABLE AS nullable, EXTRA AS extra "
+            f"FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {_lit(db)} AND TABLE_NAME = {_lit(table)} "
+            "ORDER BY ORDINAL_POSITION")
         if not cols:
             raise ConfigError(f"{where}: no such table (information_schema.COLUMNS has no columns for it)")
+        # a VIRTUAL generated column is left out, as the stream's DDL replay leaves it out: TiCDC never sends
+        # its values, so a snapshot value of it would never change again (STORED ones are sent: read)
+        cols = [c for c in cols if "VIRTUAL" not in str(c["extra"] or "").upper()]
         keys = self._query(
             "SELECT INDEX_NAME AS idx, COLUMN_NAME AS name, NON_UNIQUE AS nu FROM information_schema.STATISTICS "
             f"WHERE TABLE_SCHEMA = {_lit(db)} AND TABLE_NAME = {_lit(table)} ORDER BY INDEX_NAME, SEQ_IN_INDEX")
         lines = [f"  {quote_ident(c['name'])} {c['type']}{'' if c['nullable'] == 'YES' else ' NOT NULL'}" for c in cols]
-        indexes: dict[str, list[str]] = {}
+        unique: dict[str, list[str | None]] = {}
+        kept = {c["name"].lower() for c in cols}
         for k in keys:
-            if int(k["nu"]) == 0 and k["name"] is not None:
-                indexes.setdefault(k["idx"], []).append(k["name"])
+            if int(k["nu"]) == 0:  # (an expression part has no column; a VIRTUAL column's is left out)
+                unique.setdefault(k["idx"], []).append(k["name"] if (k["name"] or "").lower() in kept else None)
+        indexes = {name: [p for p in parts if p is not None] for name, parts in unique.items() if None not in parts}
         for name, parts in indexes.items():
             cols_sql = ",".join(quote_ident(p) for p in parts)
             lines.append(f"  PRIMARY KEY ({cols_sql})" if name.upper() == "PRIMARY"
