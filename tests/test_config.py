@@ -182,6 +182,9 @@ def test_metadata_columns_off(value: Any) -> None:
         ("500 milliseconds", "500 milliseconds", 0.5),
         (30, "30 seconds", 30.0),
         (0, "0 seconds", 0.0),
+        (1.5, "1.5 seconds", 1.5),
+        (1e-07, "0.0000001 seconds", 1e-07),  # (not "1e-07 seconds", which no interval parser reads)
+        ("45", "45 seconds", 45.0),  # a number of seconds as text: what ${TRIGGER:-45} gives
     ],
 )
 def test_trigger_interval(value: Any, text: str, seconds: float) -> None:
@@ -447,6 +450,36 @@ ERROR_CASES = [
     ({"trigger_interval": "10 secs"}, r"trigger_interval: expected an interval such as \"10 seconds\""),
     ({"trigger_interval": "soon"}, r"trigger_interval: expected an interval"),
     ({"trigger_interval": -1}, r"trigger_interval: must not be negative"),
+    ({"trigger_interval": float("inf")}, r"trigger_interval: expected a finite number of seconds, got inf"),
+    ({"source.max_future_ts": float("nan")}, r"source\.max_future_ts: expected a finite number of seconds"),
+    ({"sink.merge_threads": True}, r"sink\.merge_threads: expected an integer, got a bool"),
+    ({"sink.split_rows": True}, r"sink\.split_rows: expected an integer, got a bool"),
+    ({"sink.columnar_rows": False}, r"sink\.columnar_rows: expected an integer, got a bool"),
+    ({"sink.merge_key_range_rows": True}, r"sink\.merge_key_range_rows: expected an integer, got a bool"),
+    ({"sink.conflict_retries": False}, r"sink\.conflict_retries: expected an integer, got a bool"),
+    ({"source.topic": "orders,payments"}, r"source\.topic: 'orders,payments' is not a Kafka topic name"),
+    ({"source.topic": None, "source.topics": ["a", "b c"]}, r"source\.topics: 'b c' is not a Kafka topic"),
+    # what the decoder (on the executors) and Spark's Kafka source refuse is refused before anything starts
+    (
+        {"source.options": {"large-message-handle-compression": "zstd"}},
+        r"source\.options: option large-message-handle-compression must be one of none, lz4, snappy",
+    ),
+    (
+        {"source.options": {"enable-tidb-extension": "maybe"}},
+        r"source\.options: option enable-tidb-extension must be true or false",
+    ),
+    (
+        {"source.kafka": {"auto.offset.reset": "earliest"}},
+        r"source\.kafka: Kafka setting\(s\) auto\.offset\.reset are managed by the source",
+    ),
+    (
+        {"source.kafka": {"ssl.key.location": "k.pem"}},
+        r"source\.kafka: librdkafka setting\(s\) ssl\.key\.location have no direct Java client equivalent",
+    ),
+    (
+        {"source.kafka": {"sasl.username": "u", "sasl.jaas.config": "x"}},
+        r"source\.kafka: give either sasl\.username/sasl\.password or sasl\.jaas\.config",
+    ),
     ({"batch_timeout": 0}, r"batch_timeout: must be longer than 0 \(null turns the watchdog off\)"),
     ({"batch_timeout": "0 seconds"}, r"batch_timeout: must be longer than 0"),
     ({"batch_timeout": "a while"}, r"batch_timeout: expected an interval"),
@@ -646,8 +679,7 @@ def _secret_config(*overrides: tuple[tuple[str, ...], Any]) -> dict[str, Any]:
                 "security.protocol": "SASL_SSL",
                 "sasl.username": "svc-user",
                 "sasl.password": "${KAFKA_PASSWORD}",
-                "sasl.jaas.config": "${JAAS}",
-                "ssl.key.password": "${SSL_KEY_PW}",
+                "ssl.keystore.password": "${SSL_KEY_PW}",  # (ssl.key.password: no Java client equivalent)
             },
             "source.schema_registry": {
                 "url": "https://schema-registry:8081",
@@ -697,7 +729,7 @@ def test_redacted_hides_every_secret_and_keeps_the_rest() -> None:
     _assert_no_secret(repr(cfg.sink))
     _assert_no_secret(repr(cfg.spark))
     kafka = red["source"]["kafka"]
-    assert kafka["sasl.password"] == kafka["sasl.jaas.config"] == kafka["ssl.key.password"] == REDACTED
+    assert kafka["sasl.password"] == kafka["ssl.keystore.password"] == REDACTED
     assert kafka["sasl.username"] == "svc-user" and kafka["security.protocol"] == "SASL_SSL"
     assert red["source"]["options"] == {"sasl-password": REDACTED, "enable-tidb-extension": "true"}
     registry = red["source"]["schema_registry"]
@@ -709,6 +741,16 @@ def test_redacted_hides_every_secret_and_keeps_the_rest() -> None:
     assert storage["google_service_account_credentials"] == REDACTED
     assert red["spark"]["conf"]["spark.hadoop.fs.s3a.secret.key"] == REDACTED
     assert red["changefeed"] == "demo" and red["sink"]["path"] == "/tmp/lake"
+
+
+def test_redacted_hides_a_jaas_config() -> None:
+    data = _secret_config()
+    kafka = data["source"]["kafka"]
+    del kafka["sasl.username"], kafka["sasl.password"]  # (one or the other: both is refused)
+    kafka["sasl.jaas.config"] = "${JAAS}"
+    cfg = config_from_mapping(data, env=SECRETS)
+    assert cfg.redacted()["source"]["kafka"]["sasl.jaas.config"] == REDACTED
+    _assert_no_secret(repr(cfg))
 
 
 def test_redacted_hides_credentials_in_the_registry_url() -> None:
@@ -964,3 +1006,16 @@ def test_any_input_gives_a_config_or_a_config_error(edits: list[tuple[str, Any]]
         assert isinstance(cfg, JobConfig)
         cfg.redacted()
         repr(cfg)
+
+
+@pytest.mark.parametrize("word", ["true", "1", "yes", "on", "TRUE", True, 1, "false", "0", "no", "off", False])
+def test_the_job_orders_canal_json_as_its_decoder_reads_the_tidb_extension(word: Any) -> None:
+    """The decoder reads ``1``/``yes``/``on`` as true and then sends the stream's watermarks: the job must
+    hold rows to them (watermark mode) rather than apply in offset order, ignoring them."""
+    from ticdc_delta.codec.base import parse_bool_option
+    from ticdc_delta.spark.batch_handler import protocol_mode
+
+    cfg = config_from_mapping(_cfg(**{"source.options": {"enable-tidb-extension": word}}), env={})
+    on = parse_bool_option(dict(cfg.source.options), "enable-tidb-extension")
+    assert on == (str(word).lower() in ("true", "1", "yes", "on"))
+    assert protocol_mode("canal-json", cfg.source.options) == ("watermark" if on else "offset-order")

@@ -20,9 +20,11 @@ No pyspark import here: the CLI validates a config before any JVM starts.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import types
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Iterator, Literal, Mapping, Sequence, Union, get_args, get_origin
 from urllib.parse import urlsplit, urlunsplit
@@ -151,6 +153,16 @@ def _non_empty(value: Any) -> Any:
 
 SettingValue = Annotated[str, BeforeValidator(_setting_value)]
 NonEmptyStr = Annotated[str, BeforeValidator(_non_empty)]
+
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def _topic_name(value: str) -> str:
+    """A Kafka topic name: ASCII letters, digits, ``.``, ``_`` and ``-``, at most 249 of them (what Kafka
+    accepts; a comma would make Spark's ``subscribe`` read two topics)."""
+    if not _TOPIC.fullmatch(value):
+        raise ValueError(f"{value!r} is not a Kafka topic name (letters, digits, '.', '_', '-'; at most 249)")
+    return value
 Location = Annotated[str, BeforeValidator(_non_empty), AfterValidator(file_path)]
 """A table, lake, checkpoint or dead-letter location: a path or a URI (a ``file:`` URL becomes its path)."""
 Settings = dict[str, SettingValue]
@@ -471,7 +483,27 @@ class SourceConfig(_Model):
                 "group.id": "set it as source.consumer_group",
             },
         )
+        # what Spark's Kafka source is given (and refuses) is known now, not after the JVM has started
+        from .errors import ConfigError
+        from .spark.kafka_source import java_client_problem
+
+        try:
+            problem = java_client_problem(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        if problem is not None:
+            raise ValueError(problem)
         return value
+
+    @field_validator("topic")
+    @classmethod
+    def _check_topic(cls, value: str | None) -> str | None:
+        return None if value is None else _topic_name(value)
+
+    @field_validator("topics")
+    @classmethod
+    def _check_topics(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else [_topic_name(v) for v in value]
 
     @model_validator(mode="after")
     def _check_source(self) -> "SourceConfig":
@@ -505,6 +537,18 @@ class SourceConfig(_Model):
         if self.upstream is not None and self.protocol not in ("open-protocol", "canal-json"):
             raise _PathError(("upstream",), "handle-key-only rows exist only with open-protocol and canal-json, "
                              f"not {self.protocol}")
+        # the decoder's options as the executors will read them (a bad value failed the first batch)
+        from .codec import decoder_for
+
+        schemas = None
+        if self.protocol == "avro":
+            from .codec.avro import AvroSchemas
+
+            schemas = AvroSchemas({})
+        try:
+            decoder_for(self.protocol, self.options, schemas=schemas)
+        except ValueError as exc:
+            raise _PathError(("options",), str(exc)) from None
         return self
 
     @property
@@ -590,20 +634,20 @@ class SinkConfig(_Model):
     # `spark` (rules on the executors, Delta Lake's MERGE; ticdc_delta/spark/engine.py)
     engine: Literal["delta-rs", "spark"] = "spark"
     # spark engine: MERGEs of one DDL segment run concurrently, one Spark session per thread
-    merge_threads: Annotated[int, Field(ge=1, le=64)] = 2
+    merge_threads: Annotated[int, BeforeValidator(_no_bool), Field(ge=1, le=64)] = 2
     # spark engine: a table with this many rows in a batch runs its rules in several tasks (key buckets,
     # ticdc_delta/core/key_buckets.py); 0: never
-    split_rows: Annotated[int, Field(ge=0)] = 4096
+    split_rows: Annotated[int, BeforeValidator(_no_bool), Field(ge=0)] = 4096
     # spark engine: in a batch that applies no DDL, a table with this many rows (new and held) whose rows allow it
     # is converted to its typed columns row by row and collapsed per key by Spark instead of running its
     # rules in Python per table (ticdc_delta/spark/columnar.py); 0: never
-    columnar_rows: Annotated[int, Field(ge=0)] = 4096
+    columnar_rows: Annotated[int, BeforeValidator(_no_bool), Field(ge=0)] = 4096
     # spark engine: a MERGE into a table of this many rows or more (its files' statistics) matches only
     # target rows within its source's key range (least-greatest of each integer, decimal or string key
     # column), so Delta skips the files outside it, when those files hold this many rows too; 0: never
-    merge_key_range_rows: Annotated[int, Field(ge=0)] = 2_000_000
+    merge_key_range_rows: Annotated[int, BeforeValidator(_no_bool), Field(ge=0)] = 2_000_000
     # spark engine: retries of a MERGE/append that lost to another writer before exit 75
-    conflict_retries: Annotated[int, Field(ge=0, le=100)] = 5
+    conflict_retries: Annotated[int, BeforeValidator(_no_bool), Field(ge=0, le=100)] = 5
     # spark engine: MODIFY COLUMN widens in place with Delta type widening (tables get the typeWidening
     # feature, which delta-rs 1.x readers cannot scan) instead of a rewrite
     type_widening: bool = False
@@ -773,14 +817,24 @@ class DDLPolicies(_Model):
 def _trigger_interval(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError('expected an interval such as "10 seconds"')
+    if isinstance(value, str) and _PLAIN_NUMBER.fullmatch(value):
+        value = float(value)  # a number of seconds given as text (an environment variable's value)
     if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError(f"expected a finite number of seconds, got {value}")
         if value < 0:
             raise ValueError("must not be negative")
-        return f"{int(value) if float(value).is_integer() else value} seconds"
+        # (in plain digits: 1e-07 is no interval Spark or this loader reads)
+        text = f"{int(value) if float(value).is_integer() else format(Decimal(repr(value)), 'f')} seconds"
+        _interval_seconds(text)
+        return text
     if isinstance(value, str):
         _interval_seconds(value)  # raises ValueError when malformed
         return value.strip()
     raise ValueError(f'expected an interval such as "10 seconds", got {_kind(value)}')
+
+
+_PLAIN_NUMBER = re.compile(r"\s*\d+(?:\.\d+)?\s*")
 
 
 def _interval_seconds(text: str) -> float:

@@ -32,6 +32,7 @@ from ..core.merge import KeyResolver, MissingKeyError
 from ..core.ts_guard import TsGuard, tso_physical_ms
 from ..core.snapshot_seam import seam_from_state
 from ..core.records import ChangeRecord, dump_record, gc_paused, load_record
+from ..codec.base import parse_bool_option
 from ..codec.json_output import value_to_json
 from ..delta.value_check import Rejection, ValueScreen, describe_rejections, value_bytes
 from ..delta.applier import ApplyResult, DeltaApplier, TableCatalog, TableOptions
@@ -88,7 +89,8 @@ def protocol_mode(protocol: str, options: Mapping[str, str]) -> str:
     """``watermark`` where the protocol carries resolved ts, ``offset-order`` where it does not."""
     if protocol in ("open-protocol", "craft"):
         return WATERMARK
-    if protocol == "canal-json" and str(options.get("enable-tidb-extension", "false")).lower() == "true":
+    # (read as the decoder reads it: ``1``, ``yes``, ``on`` are true too — the decoder then sends watermarks)
+    if protocol == "canal-json" and parse_bool_option(dict(options), "enable-tidb-extension", False):
         return WATERMARK
     return OFFSET_ORDER
 

@@ -393,6 +393,20 @@ def to_java_client_conf(conf: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def java_client_problem(conf: Mapping[str, Any]) -> str | None:
+    """What is wrong with ``source.kafka`` (librdkafka settings) for Spark's Kafka source, or ``None``: a
+    setting the source owns.
+
+    Raises:
+        ConfigError: from :func:`to_java_client_conf` (a setting without a Java client equivalent).
+    """
+    reserved = sorted(_RESERVED_CLIENT_KEYS & to_java_client_conf(conf).keys())
+    if reserved:
+        return (f"Kafka setting(s) {', '.join(reserved)} are managed by the source and cannot be set "
+                "(use source.starting_offsets; offsets live in the checkpoint)")
+    return None
+
+
 class ConsumerGroupMirror:
     """Commits the end offsets of every finished micro-batch of one query to a Kafka consumer group.
 
@@ -499,12 +513,9 @@ def read_kafka_stream(
         )
     conf = {str(k): str(v) for k, v in (client_conf or {}).items()}
     client = to_java_client_conf(conf)
-    reserved = sorted(_RESERVED_CLIENT_KEYS & client.keys())
-    if reserved:
-        raise ConfigError(
-            f"Kafka setting(s) {', '.join(reserved)} are managed by the source and cannot be set "
-            "(use source.starting_offsets; offsets live in the checkpoint)"
-        )
+    problem = java_client_problem(conf)
+    if problem is not None:
+        raise ConfigError(problem)
     if probe_timeout_s is not None:
         probe_brokers(bootstrap_servers, conf, timeout_s=probe_timeout_s)
 
