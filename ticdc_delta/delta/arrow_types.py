@@ -11,7 +11,7 @@ TINYINT, SMALLINT, MEDIUMINT, INT (signed   ``long`` / ``int64``                
 or unsigned), BIGINT (signed)
 BIGINT UNSIGNED                             ``decimal(20,0)``                     the integer, exact
 YEAR                                        ``integer`` / ``int32``               the year
-FLOAT, DOUBLE                               ``double`` / ``float64``              the float
+FLOAT, DOUBLE                               ``double`` / ``float64``              the float (FLOAT: its single, widened)
 DECIMAL(p,s), p ≤ 38 known                  ``decimal(p,s)``                      exact
 DECIMAL otherwise (p > 38 or unknown)       ``string``                            TiDB's text, exact
 DATE                                        ``date`` / ``date32``                 the date
@@ -332,6 +332,22 @@ def _to_float(value: Any) -> float | None:
         raise _bad(value, "a FLOAT/DOUBLE") from None
 
 
+_SINGLE = struct.Struct("<f")
+
+
+def _to_single(value: Any) -> float | None:
+    """A FLOAT's value as TiDB holds it, a single-precision float, widened to the Delta ``double``: Craft
+    and Avro carry those bits, Open Protocol and Canal-JSON the shortest text that reads back as the same
+    single (``0.1``: not the double nearest 0.1), so every protocol (and a snapshot) gives one value."""
+    v = _to_float(value)
+    if v is None:
+        return None
+    try:
+        return _SINGLE.unpack(_SINGLE.pack(v))[0]  # type: ignore[no-any-return]
+    except OverflowError:  # beyond the largest single: no FLOAT holds it
+        raise _bad(value, "a FLOAT") from None
+
+
 def _decimal_converter(precision: int, scale: int) -> Callable[[Any], Decimal | None]:
     quantum = Decimal(1).scaleb(-scale)
     what = f"DECIMAL({precision},{scale})"
@@ -535,7 +551,9 @@ def converter_for(
         return _to_uint64_decimal if target == BIGINT_UNSIGNED_TYPE else _to_int64
     if tc is TypeCode.YEAR:
         return _to_year
-    if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+    if tc is TypeCode.FLOAT:
+        return _to_single
+    if tc is TypeCode.DOUBLE:
         return _to_float
     if tc is TypeCode.DECIMAL:
         if pa.types.is_decimal(target):

@@ -22,23 +22,23 @@ from weakref import WeakKeyDictionary
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .arrow_types import _to_bytes, _to_date, _to_datetime, _to_float, _to_int64, _to_str
+from .arrow_types import _to_bytes, _to_date, _to_datetime, _to_float, _to_int64, _to_single, _to_str
 
-__all__ = ["INT", "FLOAT", "TEXT", "BYTES", "DECIMAL", "DECIMAL_TEXT", "DATE", "DATETIME", "Kind",
+__all__ = ["INT", "FLOAT", "SINGLE", "TEXT", "BYTES", "DECIMAL", "DECIMAL_TEXT", "DATE", "DATETIME", "Kind",
            "convert_column", "kind_of", "register"]
 
-INT, FLOAT, TEXT, BYTES, DECIMAL, DECIMAL_TEXT, DATE, DATETIME = (
-    "int", "float", "text", "bytes", "decimal", "decimal_text", "date", "datetime")
+INT, FLOAT, SINGLE, TEXT, BYTES, DECIMAL, DECIMAL_TEXT, DATE, DATETIME = (
+    "int", "float", "single", "text", "bytes", "decimal", "decimal_text", "date", "datetime")
 
 Kind = tuple[Any, ...]
 """What a converter does, for :func:`convert_column`: ``(INT, lo, hi)`` (an integer in ``lo..hi`` as it
-is), ``(FLOAT,)``, ``(TEXT,)``, ``(BYTES,)`` (the value as it is), ``(DECIMAL,)`` (a decimal number's
+is), ``(FLOAT,)``, ``(SINGLE,)`` (a float rounded to single precision), ``(TEXT,)``, ``(BYTES,)`` (the value as it is), ``(DECIMAL,)`` (a decimal number's
 text as the column's ``decimal128``, refused where it would round or overflow), ``(DECIMAL_TEXT,)`` (a
 decimal number's text as it is), ``(DATE,)``, ``(DATETIME,)`` (TiDB's text parsed, a zero date null)."""
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _PLAIN: dict[Callable[[Any], Any], Kind] = {
-    _to_int64: (INT, *_INT64), _to_float: (FLOAT,), _to_str: (TEXT,), _to_bytes: (BYTES,),
+    _to_int64: (INT, *_INT64), _to_float: (FLOAT,), _to_single: (SINGLE,), _to_str: (TEXT,), _to_bytes: (BYTES,),
     _to_date: (DATE,), _to_datetime: (DATETIME,),
 }
 _KINDS: WeakKeyDictionary[Callable[[Any], Any], Kind] = WeakKeyDictionary(_PLAIN)
@@ -81,6 +81,14 @@ def convert_column(kind: Kind, values: Sequence[Any], target: pa.DataType) -> pa
             return array
         if name == FLOAT:
             return pa.array(values, type=target) if types <= {float} else None
+        if name == SINGLE:  # rounded to a single as the converter rounds (to nearest), where no value overflows
+            if not types <= {float}:
+                return None
+            doubles = pa.array(values, type=pa.float64())
+            singles = doubles.cast(pa.float32(), safe=False)
+            if pc.any(pc.and_(pc.is_inf(singles), pc.invert(pc.is_inf(doubles)))).as_py():
+                return None
+            return singles.cast(target)
         if name == BYTES:
             return pa.array(values, type=target) if types <= {bytes} else None
         if not types <= {str}:
