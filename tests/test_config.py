@@ -296,6 +296,12 @@ def test_wildcard_order_lets_a_narrow_pattern_win_when_listed_first() -> None:
     assert mapping is not None and mapping.enabled and mapping.partition_by == ["region"]
 
 
+def test_entries_may_share_a_path_and_use_the_checkpoint_directory_beside_the_job() -> None:
+    cfg = config_from_mapping(_cfg(tables=[{"source": "a.b", "path": "/data/t"}, {"source": "a.c", "path": "/data/t"},
+                                           {"source": "a.d", "path": "/tmp/ckpt/demo/mine"}]), env={})
+    assert cfg.table_path("a", "b") == cfg.table_path("A", "c") == "/data/t"
+
+
 def test_table_path_uses_mapping_then_default() -> None:
     cfg = config_from_mapping(_cfg(tables=TABLES), env={})
     assert cfg.table_path("test", "orders") == "/lake/sales/orders"
@@ -446,6 +452,18 @@ ERROR_CASES = [
     ({"tables": [{"source": "a.b", "enabled": "maybe"}]}, r"tables\[0\]\.enabled: Input should be a valid boolean"),
     ({"tables": [{"source": "a.b"}, {"source": "A.B"}]}, r"tables\[1\]\.source: already mapped by tables\[0\]"),
     ({"dead_letter.path": ""}, r"dead_letter\.path: must not be empty"),
+    # a table location must be its own: not the job's state, Spark's checkpoint, the dead letters, another table's
+    (
+        {"tables": [{"source": "a.b", "path": "/tmp/lake/_ticdc_dead_letter"}]},
+        r"tables\[0\]\.path: overlaps dead_letter\.path \(/tmp/lake/_ticdc_dead_letter\)",
+    ),
+    ({"tables": [{"source": "a.b", "path": "/tmp/ckpt/demo/state"}]}, r"tables\[0\]\.path: overlaps checkpoint"),
+    ({"tables": [{"source": "a.*", "path": "/tmp/ckpt"}]}, r"tables\[0\]\.path: overlaps checkpoint"),
+    ({"dead_letter.path": "/tmp/ckpt/demo/spark/dl"}, r"dead_letter\.path: overlaps checkpoint \(/tmp/ckpt/demo/spark\)"),
+    (
+        {"tables": [{"source": "a.b", "path": "/data/t"}, {"source": "a.c", "path": "/data/t/inner"}]},
+        r"tables\[1\]\.path: lies inside or holds tables\[0\]\.path \(/data/t\)",
+    ),
     ({"dead_letter.fail_on_error": "perhaps"}, r"dead_letter\.fail_on_error: Input should be a valid boolean"),
     ({"trigger_interval": "10 secs"}, r"trigger_interval: expected an interval such as \"10 seconds\""),
     ({"trigger_interval": "soon"}, r"trigger_interval: expected an interval"),

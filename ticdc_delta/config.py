@@ -905,6 +905,23 @@ class JobConfig(_Model):
                 raise _PathError(("tables", i, "source"), f"already mapped by tables[{seen[lowered]}]")
             seen[lowered] = i
             _check_engine_properties(mapping.table_properties, self.sink.engine, ("tables", i, "table_properties"))
+        # the job's own locations and the explicit table locations: a table there would write into the job
+        # state, the dead-letter table, Spark's checkpoint, or nest in another table's directory
+        own = self._own_locations()
+        for what, location in own[1:]:
+            if overlaps(self.dead_letter_path, location):
+                raise _PathError(("dead_letter", "path"), f"overlaps {what} ({location}): give it a location of its own")
+        explicit = [(i, m.path) for i, m in enumerate(self.tables) if m.path]
+        for n, (i, path) in enumerate(explicit):
+            for what, location in own:
+                if overlaps(path, location):
+                    raise _PathError(("tables", i, "path"), f"overlaps {what} ({location}): give the table a "
+                                     "location of its own")
+            for j, other in explicit[:n]:
+                # (the same path is allowed: tables merged into one, as a wildcard entry merges shards)
+                if path != other and overlaps(path, other):
+                    raise _PathError(("tables", i, "path"), f"lies inside or holds tables[{j}].path ({other}): "
+                                     "one Delta table cannot hold another")
         return self
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -991,15 +1008,16 @@ class JobConfig(_Model):
                 )
         return location
 
+    def _own_locations(self) -> list[tuple[str, str]]:
+        """The job's own locations: the dead-letter table, then what the checkpoint directory holds — the job
+        state, its DDL journal, the spark engine's staging table and Spark's checkpoint (nothing else in it
+        is the job's)."""
+        return [("dead_letter.path", self.dead_letter_path)] + [
+            ("checkpoint", child_location(self.checkpoint, leaf)) for leaf in ("state", "ddl_journal", "staging", "spark")]
+
     def _configured_locations(self) -> list[tuple[str, str]]:
         """Locations the configuration names for something other than a default table location."""
-        # the checkpoint directory holds the job state, its DDL journal, the spark engine's staging table and
-        # Spark's checkpoint (nothing else is the job's)
-        out = [("dead_letter.path", self.dead_letter_path)]
-        out += [("checkpoint", child_location(self.checkpoint, leaf))
-                for leaf in ("state", "ddl_journal", "staging", "spark")]
-        out += [(f"tables[{i}].path", m.path) for i, m in enumerate(self.tables) if m.path]
-        return out
+        return self._own_locations() + [(f"tables[{i}].path", m.path) for i, m in enumerate(self.tables) if m.path]
 
     def librdkafka_conf(self) -> dict[str, str]:
         """librdkafka settings for a consumer: ``bootstrap.servers`` plus ``source.kafka`` without the
