@@ -38,3 +38,17 @@ def test_status_says_nothing_of_dead_letters_when_there_are_none(tmp_path: Path)
     cfg = _cfg(tmp_path, {"totals": {"dead_letters": 0}, "tables": {}})
     assert collect_status(cfg)["dead_letter"]["rows"] == 0
     assert "dead letters" not in render_status(cfg)
+
+
+def test_status_json_has_the_same_keys_before_the_first_state(tmp_path: Path) -> None:
+    """A monitor reads one shape: the keys of a job that has not committed a batch yet are those of one
+    that has (empty or null values)."""
+    cfg = _cfg(tmp_path / "a", {"totals": {}, "tables": {}})
+    fresh = config_from_mapping({
+        "changefeed": "st", "checkpoint": str(tmp_path / "none"), "sink": {"path": str(tmp_path / "lake")},
+        "source": {"bootstrap_servers": "127.0.0.1:9", "topic": "cdc", "protocol": "canal-json"},
+    })
+    before = collect_status(fresh)
+    assert before.keys() == collect_status(cfg).keys()
+    assert before["batch_id"] is None and before["dead_letter"] == {"path": fresh.dead_letter_path, "rows": 0,
+                                                                    "compactions": 0}

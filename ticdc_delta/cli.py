@@ -1,4 +1,4 @@
-"""Command line: ``python -m ticdc_delta {decode,simulate,run,status,reset,snapshot}``.
+"""Command line: ``python -m ticdc_delta {decode,simulate,run,status,reset,snapshot,demo}``.
 
 Exit codes follow the error kinds (:mod:`ticdc_delta.errors`): 0 success, 1 terminal failure (bad
 input, bad configuration, a DDL refused by policy — retrying will not help), 2 usage error,
@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Sequence
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .errors import TicdcDeltaError
 
@@ -158,6 +159,26 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
         raise argparse.ArgumentTypeError("--from dumpling takes the export's PATH (and no --dsn)")
     if args.kind == "tidb" and (args.source or not args.dsn):
         raise argparse.ArgumentTypeError("--from tidb takes --dsn jdbc:mysql://... and --table db.t|db.* (no PATH)")
+    # the rest of the arguments too, before the Spark JVM starts
+    if args.kind == "dumpling" and (args.table or args.tso is not None or args.partitions is not None):
+        raise argparse.ArgumentTypeError("--table, --tso and --partitions are for --from tidb; a Dumpling export "
+                                         "loads every table it holds, at its own TSO")
+    if args.kind == "tidb":
+        if not args.dsn.startswith("jdbc:mysql://"):
+            raise argparse.ArgumentTypeError("--dsn must look like jdbc:mysql://host:port/?user=...&password=...")
+        if not args.table:
+            raise argparse.ArgumentTypeError("name the tables to read: --table db.table or --table 'db.*' (repeatable)")
+        for pattern in args.table:
+            db, sep, table = pattern.partition(".")
+            if not sep or not db or not table:
+                raise argparse.ArgumentTypeError(f"--table must look like db.table or db.*, got {pattern!r}")
+        if args.partitions is not None and args.partitions < 1:
+            raise argparse.ArgumentTypeError(f"--partitions must be >= 1, got {args.partitions}")
+    try:
+        ZoneInfo(args.timestamp_zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise argparse.ArgumentTypeError(f"--timestamp-zone: unknown time zone {args.timestamp_zone!r} "
+                                         "(an IANA name such as UTC or Asia/Shanghai)") from None
     cfg = load_config(args.config)
     _setup_logging(cfg.log_level)
     from .snapshot.load import load_dumpling_snapshot, load_snapshot
@@ -167,7 +188,8 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
     if args.kind == "tidb":
         from .snapshot.jdbc import JdbcSource
 
-        source = JdbcSource(spark, args.dsn, args.table or [], tso=args.tso, partitions=args.partitions)
+        source = JdbcSource(spark, args.dsn, args.table, tso=args.tso,
+                            partitions=4 if args.partitions is None else args.partitions)
         summary = load_snapshot(cfg, source, spark=spark, force=args.force)
     else:
         summary = load_dumpling_snapshot(cfg, args.source, spark=spark, force=args.force,
@@ -229,8 +251,9 @@ def _build_parser() -> argparse.ArgumentParser:
     sn.add_argument("--table", action="append", metavar="DB.TABLE",
                     help="--from tidb: a table to read, or DB.* for every table of DB (repeatable)")
     sn.add_argument("--tso", type=int, help="--from tidb: the snapshot TSO (default: TiDB's current TSO)")
-    sn.add_argument("--partitions", type=int, default=4,
-                    help="--from tidb: parallel key ranges per table (tables with a one-column integer key)")
+    sn.add_argument("--partitions", type=int, default=None,
+                    help="--from tidb: parallel key ranges per table (tables with a one-column integer key; "
+                         "default 4)")
     sn.add_argument("--force", action="store_true",
                     help="load even into tables the stream already advanced past, or over a newer snapshot")
     sn.add_argument("--csv-separator", default=",", help="Dumpling's --csv-separator (default ,)")

@@ -30,8 +30,10 @@ def collect_status(cfg: JobConfig, *, now: float | None = None) -> dict[str, Any
     store = StateStore(child_location(cfg.checkpoint, "state"), cfg.changefeed,
                        storage_options=cfg.sink.storage_options or None)
     state = store.load()
-    if state is None:
-        return {"changefeed": cfg.changefeed, "batch_id": None, "tables": {}, "watermarks": {}, "rows_held": 0}
+    if state is None:  # (the same keys as below: a monitor reads one shape whatever the state)
+        return {"changefeed": cfg.changefeed, "batch_id": None, "watermark": None, "watermark_lag_s": None,
+                "watermarks": {}, "rows_held": 0, "totals": {}, "tables": {},
+                "dead_letter": {"path": cfg.dead_letter_path, "rows": 0, "compactions": 0}, "snapshots": {}}
     held: Counter[str] = Counter()
     for payload in state.held:
         rec = load_record(payload)
