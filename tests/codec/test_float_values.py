@@ -75,7 +75,7 @@ def _avro(single: float) -> float:
     return ev.new_values()["c"]
 
 
-@pytest.mark.parametrize("value", [0.1, -1.7, 3.14159, 1e-30, 3.4028234e38, 16777217.0, 0.0])
+@pytest.mark.parametrize("value", [0.1, -1.7, 3.14159, 1e-30, 3.4028234e38, 16777217.0, -0.0, 0.0])
 def test_a_float_is_one_delta_value_from_every_protocol(value: float) -> None:
     held = _single(value)  # what TiDB holds
     text = _go_float32_text(value)
@@ -87,6 +87,18 @@ def test_a_float_is_one_delta_value_from_every_protocol(value: float) -> None:
     # the columnar path's one Arrow call gives the same doubles
     column = convert_column(kind_of(convert), list(decoded.values()), pa.float64())
     assert column is not None and column.to_pylist() == [held] * 4
+
+
+def test_open_protocol_keeps_the_sign_of_a_negative_zero() -> None:
+    """Go writes -0 (a JSON integer to orjson and msgspec): a DOUBLE/FLOAT negative zero keeps its sign; a text
+    holding the same characters is left alone."""
+    key = json.dumps({"ts": 1, "scm": "s", "tbl": "t", "t": 1}).encode()
+    value = (b'{"u":{"id":{"t":3,"f":11,"v":1},"d":{"t":5,"f":64,"v":-0},"s":{"t":15,"f":64,"v":"\\"v\\":-0,"},'
+             b'"z":{"t":5,"f":64,"v":-0}}}')
+    (ev,) = OpenProtocolDecoder().decode(struct.pack(">QQ", 1, len(key)) + key, struct.pack(">Q", len(value)) + value,
+                                         CTX)
+    got = ev.new_values()
+    assert str(got["d"]) == str(got["z"]) == "-0.0" and got["s"] == '"v":-0,'
 
 
 def test_a_double_is_kept_as_it_is_and_a_float_beyond_a_single_is_refused() -> None:

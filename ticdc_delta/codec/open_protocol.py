@@ -336,6 +336,12 @@ def _split_entries(data: bytes, start: int, what: str) -> list[bytes]:
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")
 
 
+# Go writes a FLOAT/DOUBLE negative zero as the JSON number -0, which orjson and msgspec read as the integer
+# 0 (no sign). No integer is written so, so a column value of -0 is written -0.0 before the entry is parsed.
+# (Inside a JSON string the quotes around v would be escaped: a string value never matches.)
+_NEGATIVE_ZERO = re.compile(rb'"v":-0(?=[,}])')
+
+
 def _json(raw: bytes, what: str) -> Any:
     try:
         parsed = orjson.loads(raw)
@@ -546,6 +552,7 @@ class OpenProtocolDecoder:
                     left -= len(v)
                 out.append(v)
             values = out
+        values = [_NEGATIVE_ZERO.sub(b'"v":-0.0', v) if b'":-0' in v else v for v in values]
         if _fast_key is not None and keys and len(values) == len(keys):
             fast = self._fast_events(keys, values, ctx)
             if fast is not None:
