@@ -30,7 +30,9 @@ META = {
 
 
 @pytest.fixture
-def job(tmp_path: Path) -> tuple[Path, Path]:
+def job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    # the broker's word on the topics' partitions (a reset to offsets must name each of them): two each
+    monkeypatch.setattr("ticdc_delta.spark.batch_handler.kafka_partitions", lambda cfg, topic: [0, 1])
     data = {
         "changefeed": "rs",
         "source": {"bootstrap_servers": "127.0.0.1:9", "topic": "cdc", "protocol": "craft"},
@@ -149,6 +151,11 @@ def test_reset_refuses_when_the_state_moved_meanwhile(job: tuple[Path, Path], tm
         (["--offset", "cdc=1"], EXIT_USAGE, "TOPIC:PARTITION=OFFSET"),
         (["--offset", "cdc:0=-3"], EXIT_USAGE, "TOPIC:PARTITION=OFFSET"),
         (["--offset", "other:0=1", "--yes"], EXIT_TERMINAL, r"topic\(s\) \['other'\] the job does not read"),
+        # Spark's Kafka source refuses offsets for only some partitions: refused before the checkpoint goes
+        (["--offset", "cdc:0=1", "--yes"], EXIT_TERMINAL,
+         r"offsets must name every partition of cdc \(2 on the broker\): partition\(s\) \[1\] not named"),
+        (["--offset", "cdc:0=1", "--offset", "cdc:1=1", "--offset", "cdc:7=1", "--yes"], EXIT_TERMINAL,
+         r"partition\(s\) \[7\] do not exist"),
     ],
 )
 def test_bad_arguments(job: tuple[Path, Path], capsys: pytest.CaptureFixture, args: list[str], code: int,

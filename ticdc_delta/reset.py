@@ -90,9 +90,11 @@ def plan_reset(
     ``{topic: {partition: offset}}`` mapping). Reads the state; changes nothing.
 
     Raises:
-        ValueError: a mapping naming a topic the job does not read, or ``state`` without a saved state.
+        ValueError: a mapping naming a topic the job does not read, leaving out a source topic or one of its
+            partitions, or naming a partition the topic does not have; ``state`` without a saved state.
         SinkError: the state table cannot be read.
-        BrokerUnavailableError: ``state``: the broker did not list the topics' partitions.
+        BrokerUnavailableError: ``state`` or a mapping: the broker did not list the topics' partitions
+            (``partitions_of``: a topic's partitions, by default the broker's).
     """
     store = _state_store(cfg)
     saved = store.load()
@@ -119,6 +121,16 @@ def plan_reset(
         missing = [t for t in cfg.topics if t not in starting]
         if missing:  # (Spark's Kafka source refuses to start with specific offsets for only some of them)
             raise ValueError(f"offsets must name every partition of every source topic; none given for {missing}")
+        # ... and for only some partitions of a topic: checked against the broker before anything is deleted
+        partitions_of = partitions_of or _broker_partitions(cfg)
+        for topic, given in starting.items():
+            have = set(partitions_of(topic))
+            left_out, unknown = sorted(have - set(given)), sorted(set(given) - have)
+            if left_out or unknown:
+                raise ValueError(
+                    f"offsets must name every partition of {topic} ({len(have)} on the broker): "
+                    + "; ".join(([f"partition(s) {left_out} not named"] if left_out else [])
+                                + ([f"partition(s) {unknown} do not exist"] if unknown else [])))
     # kept: what describes the Delta tables (types, DDL taken, snapshot seams, counters); with --from state
     # also where the held rows are (the spark engine keeps them in its staging table, by batch)
     kept: tuple[str, ...] = ("catalog", "applied_ddl", "tables", "totals", "snapshots")
@@ -185,15 +197,20 @@ def _removes_rows(identity: Sequence[Any]) -> bool:
                or (isinstance(c, d.NoOp) and c.affects_data) for c in changes)
 
 
+def _broker_partitions(cfg: JobConfig) -> Callable[[str], list[int]]:
+    """A topic's partitions as the broker lists them (BrokerUnavailableError when it does not answer)."""
+    from .spark.batch_handler import kafka_partitions
+
+    def partitions_of(topic: str) -> list[int]:
+        return kafka_partitions(cfg, topic)
+
+    return partitions_of
+
+
 def _offsets_after_state(
     cfg: JobConfig, meta: Mapping[str, Any], partitions_of: Callable[[str], list[int]] | None
 ) -> dict[str, dict[int, int]]:
-    if partitions_of is None:
-        from .spark.batch_handler import kafka_partitions
-
-        def partitions_of(topic: str) -> list[int]:
-            return kafka_partitions(cfg, topic)
-
+    partitions_of = partitions_of or _broker_partitions(cfg)
     seen = meta.get("next_offsets") or {}
     out: dict[str, dict[int, int]] = {}
     for topic in cfg.topics:
