@@ -537,6 +537,10 @@ class SourceConfig(_Model):
         if self.upstream is not None and self.protocol not in ("open-protocol", "canal-json"):
             raise _PathError(("upstream",), "handle-key-only rows exist only with open-protocol and canal-json, "
                              f"not {self.protocol}")
+        if "partition-num" in self.options:
+            raw = str(self.options["partition-num"]).strip()
+            if not raw.isdigit() or int(raw) < 1:
+                raise _PathError(("options", "partition-num"), f"expected a number of partitions >= 1, got {raw!r}")
         # the decoder's options as the executors will read them (a bad value failed the first batch)
         from .codec import decoder_for
 
@@ -555,6 +559,13 @@ class SourceConfig(_Model):
     def max_future_ts_ms(self) -> int | None:
         """``max_future_ts`` in milliseconds, ``None`` when the check is off."""
         return None if self.max_future_ts is None else int(_interval_seconds(self.max_future_ts) * 1000)
+
+    @property
+    def partition_num(self) -> int | None:
+        """The sink URI's ``partition-num`` (``options``): TiCDC writes rows and resolved ts only to the first
+        that many partitions of each topic; ``None`` when not given (every partition)."""
+        raw = self.options.get("partition-num")
+        return None if raw is None else int(str(raw).strip())
 
     @property
     def topic_list(self) -> list[str]:

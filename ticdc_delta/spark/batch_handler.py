@@ -162,7 +162,15 @@ class BatchHandler:
         self._avro = avro_schema_source
         self._avro_registry = bool(getattr(avro_schema_source, "_client", None))
         self._avro_params_key: tuple[int, ...] | None = None
-        self._partitions_of = partitions_of or self._kafka_partitions
+        asked = partitions_of or self._kafka_partitions
+        self._seen_partitions: dict[str, list[int]] = {}  # each topic's partitions as the last batch asked
+
+        def remembered(topic: str) -> list[int]:
+            self._seen_partitions[topic] = found = asked(topic)
+            return found
+
+        self._partitions_of = remembered
+        self._warned_unresolved = False
         self._ddl_handler = ddl_handler
         self._state: ConsumerState | None = None
         self._catalog: TableCatalog | None = None
@@ -215,7 +223,12 @@ class BatchHandler:
         return TableOptions(tuple(m.key) if m.key else None, tuple(m.partition_by), m.enabled, properties)
 
     def _kafka_partitions(self, topic: str) -> list[int]:
-        return kafka_partitions(self.cfg, topic)
+        """The partitions of ``topic`` TiCDC writes to: the broker's, or the first ``partition-num`` of
+        them when the sink URI set it (``source.options``; TiCDC then sends no row and no resolved ts to
+        the others, which would otherwise hold every row for good)."""
+        found = kafka_partitions(self.cfg, topic)
+        limit = self.cfg.source.partition_num
+        return found if limit is None else [p for p in found if p < limit]
 
     def starting_offsets(self, default: Any) -> Any:
         """Where a new Spark checkpoint starts: the offsets a ``reset`` chose (:mod:`ticdc_delta.reset`)
@@ -595,7 +608,27 @@ class BatchHandler:
             line["columnar_tables"] = columnar
         if key_range:
             line["key_range_tables"] = key_range
+        unresolved = [f"{t}[{p}]" for t, p in self._unresolved_partitions()]
+        if unresolved:
+            line["unresolved_partitions"] = unresolved
         progress_log.info(json.dumps(line, sort_keys=False))
+
+    def _unresolved_partitions(self) -> list[tuple[str, int]]:
+        """In watermark mode, the partitions that have never sent a resolved ts while others have: no row is
+        applied until they do. Warned once the first time they are seen (the usual cause: the changefeed's
+        ``partition-num`` below the topic's partitions, or a topic TiCDC no longer writes to)."""
+        if self.mode != WATERMARK or self._state is None or not self._state.watermarks:
+            return []
+        known = self._state.watermarks
+        missing = [(topic, p) for topic, parts in sorted(self._seen_partitions.items()) for p in parts
+                   if (topic, p) not in known]
+        if missing and not self._warned_unresolved:
+            self._warned_unresolved = True
+            log.warning("no resolved ts yet from %s while the other partitions have sent theirs: rows are held "
+                        "until every partition resolves them. If the changefeed's sink URI sets partition-num "
+                        "below the topic's partitions, give it in source.options too",
+                        ", ".join(f"{t}[{p}]" for t, p in missing))
+        return missing
 
 
 def implausible_ts_error(batch_id: int, n: int, where: str, reason: str) -> ImplausibleTimestampError:
