@@ -134,7 +134,8 @@ def plan_reset(
     # kept: what describes the Delta tables (types, DDL taken, snapshot seams, counters); with --from state
     # also where the held rows are (the spark engine keeps them in its staging table, by batch)
     kept: tuple[str, ...] = ("catalog", "applied_ddl", "tables", "totals", "snapshots")
-    kept += ("staging_batch", "staging_app", "held_layouts", "held_by_table", "topic_watermarks") if keep_position else ()
+    kept += ("staging_batch", "staging_app", "held_layouts", "held_by_table", "topic_watermarks",
+             "released_low") if keep_position else ()
     new_meta = {k: v for k, v in meta.items() if k in kept}
     if not keep_position and new_meta.get("applied_ddl"):
         # read again, a DDL that removes rows must remove them again, after the rows before it came back

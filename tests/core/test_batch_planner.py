@@ -150,6 +150,43 @@ def test_a_topic_no_longer_read_holds_nothing_back() -> None:
     assert p.topic_watermarks == {"cdc": 120}
 
 
+def test_a_partition_added_to_the_topic_starts_where_rows_were_released() -> None:
+    """Partitions added, then TiCDC restarts from its checkpoint: it sends again what it had sent, now also to
+    the new partition (its keys hash there, and its DDL is broadcast there). Those are replays: the job had
+    released up to 300 once every partition of the time had resolved past it. The new partition had no
+    watermark, so the re-sent TRUNCATE ran again and old row versions were upserted over newer ones."""
+    truncate = "TRUNCATE TABLE t"
+    first = plan(ConsumerState(), [
+        row(100, 0, 0, "insert", {"id": 1, "v": "a"}), ddl(200, 0, 1, truncate), ddl(200, 1, 0, truncate),
+        row(250, 1, 1, "insert", {"id": 2, "v": "old"}), row(260, 0, 2, "insert", {"id": 3, "v": "c"}),
+        row(280, 1, 2, "update", {"id": 2, "v": "new"}, {"id": 2, "v": "old"}),
+    ], [rm(0, 3, 300), rm(1, 3, 300)])
+    assert first.state.released_low == 300 and [type(s).__name__ for s in first.steps] == [
+        "RowsStep", "DDLRecord", "RowsStep"]
+    resent = plan(first.state, [ddl(200, 0, 4, truncate), ddl(200, 1, 4, truncate), ddl(200, 2, 0, truncate),
+                                row(250, 2, 1, "insert", {"id": 2, "v": "old"})],
+                  [rm(0, 5, 310), rm(1, 5, 310), rm(2, 2, 310)], parts=(0, 1, 2))
+    assert resent.steps == [] and resent.replays_dropped == 4 and resent.state.watermarks[("cdc", 2)] == 310
+    later = plan(resent.state, [row(280, 2, 3, "update", {"id": 2, "v": "new"}, {"id": 2, "v": "old"}),
+                                row(320, 2, 4, "insert", {"id": 4, "v": "d"})],
+                 [rm(0, 6, 330), rm(1, 6, 330), rm(2, 5, 330)], parts=(0, 1, 2))
+    assert later.replays_dropped == 1 and final(later.steps[0]) == {(4,): (UPSERT, {"id": 4, "v": "d"})}
+
+
+def test_a_partition_that_has_not_resolved_yet_is_no_new_partition() -> None:
+    """Rows are held (nothing released) while a partition of the time has not resolved: it is no added
+    partition, and its rows below the other's watermark are not replays."""
+    first = plan(ConsumerState(), [row(10, 0, 0, "insert", {"id": 1, "v": "a"})], [rm(0, 1, 50)])
+    assert first.held == 1 and first.state.released_low is None
+    second = plan(first.state, [row(20, 1, 0, "insert", {"id": 2, "v": "b"})], [rm(1, 1, 60)])
+    assert second.replays_dropped == 0 and set(final(second.steps[0])) == {(1,), (2,)}
+    # and a topic added to the job is read from its start: nothing of it was released
+    added = plan_batch(second.state, [row(5, 0, 0, "insert", {"id": 3, "v": "c"}, topic="more")],
+                       [rm(0, 2, 70), rm(1, 2, 70), rm(0, 1, 70, topic="more")], mode=WATERMARK, keys=KeyResolver(),
+                       partitions={"cdc": (0, 1), "more": (0,)})
+    assert added.replays_dropped == 0 and set(final(added.steps[0])) == {(3,)}
+
+
 def test_watermark_regression_is_ignored() -> None:
     p = plan(ConsumerState(), [], [rm(0, 0, 50), rm(0, 1, 40), rm(1, 0, 50)])
     assert p.state.watermarks[("cdc", 0)] == 50 and p.watermark_regressions == 1

@@ -341,3 +341,25 @@ def test_the_router_routes_a_row_given_as_its_values_as_its_record() -> None:
             got = router.of_values(*values, ident(r.new), ident(r.old), (r.schema, r.table), columns, r)
             assert got == route(r, KeyResolver({(r.schema, r.table): override} if override else None)), r
         assert len(built) == len({(ident(r.new), ident(r.old)) for r in rows}) < len(rows)
+
+
+def test_the_executors_rules_start_an_added_partition_where_rows_were_released() -> None:
+    """The spark engine's split of the rules drops what TiCDC sends again to a partition added since (see
+    test_batch_planner) as plan_batch does: the re-sent TRUNCATE is no DDL step, the old row no change."""
+    def rec(ts: int, partition: int, offset: int, v: str) -> ChangeRecord:
+        return ChangeRecord(ts, "cdc", partition, offset, 0, "s", "t", "insert", _img({"id": 1, "v": v}), None)
+
+    def trunc(partition: int, offset: int) -> DDLRecord:
+        return DDLRecord(200, "cdc", partition, offset, 0, "s", "t", "TRUNCATE TABLE t", 11)
+
+    def rm(partition: int, offset: int, ts: int) -> ResolvedMark:
+        return ResolvedMark("cdc", partition, offset, 0, ts)
+
+    first, _ = plan_coordination(ConsumerState(), [trunc(0, 0), trunc(1, 0)], [rm(0, 1, 300), rm(1, 1, 300)],
+                                 mode=WATERMARK, partitions={"cdc": [0, 1]})
+    assert first.state.released_low == 300
+    plan, rules = plan_coordination(first.state, [trunc(2, 0)], [rm(2, 2, 310)], mode=WATERMARK,
+                                    partitions={"cdc": [0, 1, 2]})
+    assert rules.ddl_steps == () and plan.replays_dropped == 1
+    out = rules.apply_table([rec(250, 2, 1, "old"), rec(320, 2, 3, "new")], [], KeyResolver())
+    assert out.replays == 1 and out.segments == [] and [r.commit_ts for r in out.held] == [320]

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Protocol, Sequence
 from .merge import KeyResolver, TableChanges, collapse
 from .pending_buffer import PendingBuffer, apply_order
 from .records import ChangeRecord, DDLRecord, Record
-from .resolved_ts import WatermarkTracker
+from .resolved_ts import WatermarkTracker, seed_new_partitions
 from ..locations import fold_name
 from .ts_guard import TsGuard
 from .snapshot_seam import SnapshotSeam
@@ -97,6 +97,9 @@ class ConsumerState:
     watermarks: dict[tuple[str, int], int] = field(default_factory=dict)
     held: list[Record] = field(default_factory=list)
     applied_ddl: list[tuple[Any, ...]] = field(default_factory=list)
+    # the highest bound rows were released up to (watermark mode), None before any: a partition added to
+    # a topic since starts from it (resolved_ts.seed_new_partitions)
+    released_low: int | None = None
 
 
 @dataclass
@@ -170,7 +173,7 @@ def plan_batch(
     if not case_sensitive:
         records = _fold_names(records)
         if state.held:
-            state = ConsumerState(state.watermarks, _fold_names(state.held), state.applied_ddl)
+            state = ConsumerState(state.watermarks, _fold_names(state.held), state.applied_ddl, state.released_low)
     rejected: list[RejectedTs] = []
     if guard is not None:
         records = _plausible(records, guard, rejected)
@@ -181,14 +184,14 @@ def plan_batch(
         if state.held:
             held, dropped_held = seam.split(state.held)
             snapshot_dropped += dropped_held
-            state = ConsumerState(state.watermarks, held, state.applied_ddl)
+            state = ConsumerState(state.watermarks, held, state.applied_ddl, state.released_low)
     if mode == OFFSET_ORDER:
         plan = _plan_offset_order(state, records, keys, screen)
         plan.rejected = rejected
         plan.snapshot_dropped = snapshot_dropped
         return plan
 
-    tracker = WatermarkTracker(state.watermarks)
+    tracker = WatermarkTracker(seed_new_partitions(state.watermarks, partitions, state.released_low))
     for topic, parts in (partitions or {}).items():
         tracker.add_partitions(topic, parts)
     pending = PendingBuffer(state.held)
@@ -220,7 +223,8 @@ def plan_batch(
     steps, duplicate_ddl, new_ddl = _steps(released, keys, applied, screen)
     # A DDL copy older than every watermark would be dropped as a replay anyway: forget it.
     kept_ddl = [d for d in (*state.applied_ddl, *new_ddl) if low is None or (d[0] or 0) >= low]
-    new_state = ConsumerState(tracker.snapshot(), list(pending), sorted(set(kept_ddl), key=_ddl_sort))
+    released_low = state.released_low if low is None else max(low, state.released_low or low)
+    new_state = ConsumerState(tracker.snapshot(), list(pending), sorted(set(kept_ddl), key=_ddl_sort), released_low)
     return BatchPlan(
         steps,
         new_state,
@@ -313,7 +317,7 @@ def _plan_offset_order(
     kept = [*state.applied_ddl, *new_ddl][-1000:]
     return BatchPlan(
         steps,
-        ConsumerState(dict(state.watermarks), [], kept),
+        ConsumerState(dict(state.watermarks), [], kept, state.released_low),
         duplicate_ddl=duplicates,
         rows_released=len(rows),
     )

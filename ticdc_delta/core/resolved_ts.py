@@ -73,6 +73,28 @@ class WatermarkTracker:
         return sorted(self._partitions)
 
 
+def seed_new_partitions(watermarks: Mapping[tuple[str, int], int], partitions: Mapping[str, Iterable[int]] | None,
+                        released_low: int | None) -> dict[tuple[str, int], int]:
+    """``watermarks`` with each partition that has none, of a topic that has some, starting at
+    ``released_low`` (the bound rows were last released up to): a partition added to the topic since.
+
+    Rows were released up to that bound only once every partition known then had resolved past it, and no
+    watermark is ever forgotten: a partition without one is new. TiCDC had sent every event up to the bound
+    to the partitions of that time, so an event at or below it arriving on the new partition is a re-send
+    (a TiCDC restart replaying from its checkpoint, with keys and DDL now dispatched to the new partition too):
+    a replay, dropped as on any partition. Without the seed, its DDL (a TRUNCATE) and old row versions were
+    applied again. A topic with no watermark at all (added to the job since) is not seeded: nothing of it was
+    ever read."""
+    out = dict(watermarks)
+    if released_low is None or not partitions:
+        return out
+    for topic, parts in partitions.items():
+        if any(t == topic for t, _ in watermarks):
+            for p in parts:
+                out.setdefault((topic, p), released_low)
+    return out
+
+
 def lowest(watermarks: Iterable[int | None]) -> int | None:
     """The least of some topics' watermarks: the bound every row is released up to; ``None`` when there
     is none, or when one of them has none yet (it has promised nothing)."""

@@ -32,7 +32,7 @@ from .batch_planner import (
 from .merge import KeyResolver, TableChanges, collapse
 from .pending_buffer import apply_order
 from .records import ChangeRecord, DDLRecord, Record
-from .resolved_ts import lowest
+from .resolved_ts import lowest, seed_new_partitions
 from .snapshot_seam import SnapshotSeam
 from .ts_guard import TsGuard
 
@@ -259,7 +259,9 @@ def plan_coordination(
     plan = plan_batch(state, ddl, resolved, mode=mode, keys=KeyResolver(), partitions=partitions, guard=guard,
                       case_sensitive=case_sensitive, seam=seam)
     steps = tuple(s for s in plan.steps if isinstance(s, DDLRecord))
-    start = dict(state.watermarks)
+    # (a partition added to a topic since starts where rows were last released, as plan_batch starts it)
+    start = seed_new_partitions(state.watermarks, partitions, state.released_low) if mode == WATERMARK else dict(
+        state.watermarks)
     marks: dict[tuple[str, int], tuple[tuple[tuple[int, int], ...], tuple[int, ...]]] = {}
     if mode == WATERMARK:
         bad = {(r.topic, r.partition, r.offset, r.idx) for r in plan.rejected if r.kind == "resolved"}

@@ -210,6 +210,7 @@ class BatchHandler:
             dict(saved.watermarks),
             [load_record(b) for b in saved.held],
             [tuple(d) for d in meta.get("applied_ddl", [])],
+            meta.get("released_low"),
         )
         self._catalog = TableCatalog(meta.get("catalog"), fold_names=not self.cfg.case_sensitive)
         self._meta = meta
@@ -684,6 +685,7 @@ def next_state_meta(previous: Mapping[str, Any], plan: Any, applier: DeltaApplie
         running[key] = running.get(key, 0) + n
     meta["totals"] = running
     meta["topic_watermarks"] = dict(plan.topic_watermarks)
+    meta["released_low"] = getattr(plan.state, "released_low", None)
     meta["checkpoint"] = {"query_id": query_id}
     meta.pop("reset", None)
     started = meta.pop("starting_offsets", None)

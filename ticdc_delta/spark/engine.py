@@ -894,7 +894,7 @@ class SparkEngine:
             assert state is not None and h._catalog is not None  # noqa: S101 - loaded by the handler
             held_rows = [r for r in state.held if isinstance(r, ChangeRecord)]  # a state left by delta-rs
             ddl_state = ConsumerState(state.watermarks, [r for r in state.held if isinstance(r, DDLRecord)],
-                                      state.applied_ddl)
+                                      state.applied_ddl, state.released_low)
             h._avro_type_params(spec, h._catalog)
             partitions = {t: h._partitions_of(t) for t in cfg.topics} if h.mode == WATERMARK else None
             # a table's rows are split only by its own DDL: one MERGE per table between them (ddl_tables)
@@ -1052,7 +1052,8 @@ class SparkEngine:
                 PipelineState(batch_id, plan.state.watermarks, [dump_record(r) for r in plan.state.held], meta),
                 app_id=h._app_id,
             )
-            h._state = ConsumerState(plan.state.watermarks, list(plan.state.held), plan.state.applied_ddl)
+            h._state = ConsumerState(plan.state.watermarks, list(plan.state.held), plan.state.applied_ddl,
+                                     plan.state.released_low)
             h._meta, h._loaded_batch = meta, batch_id
             h.batches += 1
             timings["state"] = time.monotonic() - t_state
