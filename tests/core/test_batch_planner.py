@@ -214,6 +214,16 @@ def test_offset_order_mode_applies_everything_ddl_first() -> None:
     assert p.held == 0
 
 
+def test_rows_held_in_watermark_mode_are_applied_when_the_mode_changes() -> None:
+    """A job whose stream stops carrying resolved ts (canal-json's TiDB extension turned off) goes on in
+    offset order: what the watermarks held is applied, not dropped."""
+    held = plan(ConsumerState(), [row(10, 0, 0, "insert", {"id": 1, "v": "a"}), ddl(12, 0, 1)], [rm(0, 2, 20)])
+    assert held.held == 2 and held.steps == []
+    after = plan(held.state, [row(30, 1, 0, "insert", {"id": 2, "v": "b"})], [], mode=OFFSET_ORDER)
+    assert [type(s).__name__ for s in after.steps] == ["DDLRecord", "RowsStep"]
+    assert set(final(after.steps[1])) == {(1,), (2,)} and after.held == 0
+
+
 def test_offset_order_mode_applies_a_statement_run_twice_twice() -> None:
     """Without commit ts a DDL is the message it came in: ``TRUNCATE TABLE t`` run twice upstream (two
     messages) truncates twice, across batches too; the same message read again (a re-run) once."""

@@ -305,7 +305,9 @@ def _steps(
 def _plan_offset_order(
     state: ConsumerState, records: Iterable[Record], keys: KeyResolver, screen: RecordScreen | None = None
 ) -> BatchPlan:
-    ordered = sorted(records, key=_order)
+    # records held by an earlier batch in watermark mode (the job's mode changed since: the stream no longer
+    # carries resolved ts) first, as they came, then the batch's: applied, not dropped
+    ordered = [*sorted(state.held, key=_order), *sorted(records, key=_order)]
     ddl = [r for r in ordered if isinstance(r, DDLRecord)]
     rows = [r for r in ordered if isinstance(r, ChangeRecord)]
     applied = set(state.applied_ddl)
