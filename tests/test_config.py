@@ -483,6 +483,12 @@ ERROR_CASES = [
         r"source\.options: option large-message-handle-compression must be one of none, lz4, snappy",
     ),
     (
+        {"source.protocol": "avro", "source.avro_schemas": {1: "a.avsc"},
+         "source.options": {"avro-enable-watermark": "true"}},
+        r'source\.options\["avro-enable-watermark"\]: not supported',
+    ),
+    ({"source.options": {"partition-num": "0"}}, r'source\.options\["partition-num"\]: expected a number of partitions'),
+    (
         {"source.options": {"enable-tidb-extension": "maybe"}},
         r"source\.options: option enable-tidb-extension must be true or false",
     ),

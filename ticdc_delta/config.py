@@ -537,6 +537,12 @@ class SourceConfig(_Model):
         if self.upstream is not None and self.protocol not in ("open-protocol", "canal-json"):
             raise _PathError(("upstream",), "handle-key-only rows exist only with open-protocol and canal-json, "
                              f"not {self.protocol}")
+        if self.protocol == "avro" and str(self.options.get("avro-enable-watermark", "false")).strip().lower() in (
+                "true", "1", "yes", "on"):
+            raise _PathError(("options", "avro-enable-watermark"),
+                             "not supported: TiCDC's watermark and DDL messages of this mode are no Avro (TiCDC keeps "
+                             "it for its own tests); create the changefeed without it, or use enable-tidb-extension "
+                             "with canal-json for watermarks")
         if "partition-num" in self.options:
             raw = str(self.options["partition-num"]).strip()
             if not raw.isdigit() or int(raw) < 1:
