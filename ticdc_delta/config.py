@@ -153,6 +153,9 @@ def _non_empty(value: Any) -> Any:
 
 SettingValue = Annotated[str, BeforeValidator(_setting_value)]
 NonEmptyStr = Annotated[str, BeforeValidator(_non_empty)]
+Location = Annotated[str, BeforeValidator(_non_empty), AfterValidator(file_path)]
+"""A table, lake, checkpoint or dead-letter location: a path or a URI (a ``file:`` URL becomes its path)."""
+Settings = dict[str, SettingValue]
 
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
@@ -163,9 +166,6 @@ def _topic_name(value: str) -> str:
     if not _TOPIC.fullmatch(value):
         raise ValueError(f"{value!r} is not a Kafka topic name (letters, digits, '.', '_', '-'; at most 249)")
     return value
-Location = Annotated[str, BeforeValidator(_non_empty), AfterValidator(file_path)]
-"""A table, lake, checkpoint or dead-letter location: a path or a URI (a ``file:`` URL becomes its path)."""
-Settings = dict[str, SettingValue]
 
 
 def _check_setting_keys(settings: Mapping[str, str], reserved: Mapping[str, str] | None = None) -> None:
@@ -537,8 +537,10 @@ class SourceConfig(_Model):
         if self.upstream is not None and self.protocol not in ("open-protocol", "canal-json"):
             raise _PathError(("upstream",), "handle-key-only rows exist only with open-protocol and canal-json, "
                              f"not {self.protocol}")
-        if self.protocol == "avro" and str(self.options.get("avro-enable-watermark", "false")).strip().lower() in (
-                "true", "1", "yes", "on"):
+        from .codec import decoder_for
+        from .codec.base import parse_bool_option
+
+        if self.protocol == "avro" and parse_bool_option(dict(self.options), "avro-enable-watermark"):
             raise _PathError(("options", "avro-enable-watermark"),
                              "not supported: TiCDC's watermark and DDL messages of this mode are no Avro (TiCDC keeps "
                              "it for its own tests); create the changefeed without it, or use enable-tidb-extension "
@@ -548,8 +550,6 @@ class SourceConfig(_Model):
             if not raw.isdigit() or int(raw) < 1:
                 raise _PathError(("options", "partition-num"), f"expected a number of partitions >= 1, got {raw!r}")
         # the decoder's options as the executors will read them (a bad value failed the first batch)
-        from .codec import decoder_for
-
         schemas = None
         if self.protocol == "avro":
             from .codec.avro import AvroSchemas

@@ -617,7 +617,8 @@ class BatchHandler:
     def _unresolved_partitions(self) -> list[tuple[str, int]]:
         """In watermark mode, the partitions that have never sent a resolved ts while others have: no row is
         applied until they do. Warned once the first time they are seen (the usual cause: the changefeed's
-        ``partition-num`` below the topic's partitions, or a topic TiCDC no longer writes to)."""
+        ``partition-num`` below the topic's partitions). A partition added to a topic since rows were released
+        has a watermark (seeded: :func:`~ticdc_delta.core.resolved_ts.seed_new_partitions`)."""
         if self.mode != WATERMARK or self._state is None or not self._state.watermarks:
             return []
         known = self._state.watermarks
