@@ -485,14 +485,12 @@ class SourceConfig(_Model):
         )
         # what Spark's Kafka source is given (and refuses) is known now, not after the JVM has started
         from .errors import ConfigError
-        from .spark.kafka_source import java_client_problem
+        from .spark.kafka_source import java_client_conf
 
         try:
-            problem = java_client_problem(value)
+            java_client_conf(value)
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
-        if problem is not None:
-            raise ValueError(problem)
         return value
 
     @field_validator("topic")

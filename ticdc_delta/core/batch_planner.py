@@ -28,7 +28,7 @@ held, and moves no watermark.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 from .merge import KeyResolver, TableChanges, collapse
@@ -173,7 +173,7 @@ def plan_batch(
     if not case_sensitive:
         records = _fold_names(records)
         if state.held:
-            state = ConsumerState(state.watermarks, _fold_names(state.held), state.applied_ddl, state.released_low)
+            state = replace(state, held=_fold_names(state.held))
     rejected: list[RejectedTs] = []
     if guard is not None:
         records = _plausible(records, guard, rejected)
@@ -184,7 +184,7 @@ def plan_batch(
         if state.held:
             held, dropped_held = seam.split(state.held)
             snapshot_dropped += dropped_held
-            state = ConsumerState(state.watermarks, held, state.applied_ddl, state.released_low)
+            state = replace(state, held=held)
     if mode == OFFSET_ORDER:
         plan = _plan_offset_order(state, records, keys, screen)
         plan.rejected = rejected
@@ -319,7 +319,7 @@ def _plan_offset_order(
     kept = [*state.applied_ddl, *new_ddl][-1000:]
     return BatchPlan(
         steps,
-        ConsumerState(dict(state.watermarks), [], kept, state.released_low),
+        replace(state, watermarks=dict(state.watermarks), held=[], applied_ddl=kept),
         duplicate_ddl=duplicates,
         rows_released=len(rows),
     )

@@ -260,8 +260,7 @@ def plan_coordination(
                       case_sensitive=case_sensitive, seam=seam)
     steps = tuple(s for s in plan.steps if isinstance(s, DDLRecord))
     # (a partition added to a topic since starts where rows were last released, as plan_batch starts it)
-    start = seed_new_partitions(state.watermarks, partitions, state.released_low) if mode == WATERMARK else dict(
-        state.watermarks)
+    start = seed_new_partitions(state.watermarks, partitions, state.released_low)
     marks: dict[tuple[str, int], tuple[tuple[tuple[int, int], ...], tuple[int, ...]]] = {}
     if mode == WATERMARK:
         bad = {(r.topic, r.partition, r.offset, r.idx) for r in plan.rejected if r.kind == "resolved"}

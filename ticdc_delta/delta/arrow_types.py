@@ -88,6 +88,7 @@ __all__ = [
     "arrow_type_for",
     "arrow_field_for",
     "converter_for",
+    "single",
     "convert_value",
     "integer_value",
     "to_arrow_array",
@@ -335,6 +336,15 @@ def _to_float(value: Any) -> float | None:
 _SINGLE = struct.Struct("<f")
 
 
+def single(value: float) -> float:
+    """``value`` rounded to the nearest single-precision float (as TiDB stores a FLOAT), widened back.
+
+    Raises:
+        OverflowError: beyond the largest single.
+    """
+    return _SINGLE.unpack(_SINGLE.pack(value))[0]  # type: ignore[no-any-return]
+
+
 def _to_single(value: Any) -> float | None:
     """A FLOAT's value as TiDB holds it, a single-precision float, widened to the Delta ``double``: Craft
     and Avro carry those bits, Open Protocol and Canal-JSON the shortest text that reads back as the same
@@ -343,7 +353,7 @@ def _to_single(value: Any) -> float | None:
     if v is None:
         return None
     try:
-        return _SINGLE.unpack(_SINGLE.pack(v))[0]  # type: ignore[no-any-return]
+        return single(v)
     except OverflowError:  # beyond the largest single: no FLOAT holds it
         raise _bad(value, "a FLOAT") from None
 
@@ -640,12 +650,12 @@ def go_float_text(value: float, float32: bool = False) -> str:
     -1, 32|64)``): the fewest digits that read back as the same single or double, never an exponent
     (``1e20`` is ``100000000000000000000``, ``1.0`` is ``1``)."""
     if float32:
-        single = struct.unpack("<f", struct.pack("<f", value))[0]
-        digits = repr(single)
+        rounded = single(value)
+        digits = repr(rounded)
         for precision in range(1, 10):
-            text = f"{single:.{precision}g}"
+            text = f"{rounded:.{precision}g}"
             try:
-                if struct.unpack("<f", struct.pack("<f", float(text)))[0] == single:
+                if single(float(text)) == rounded:
                     digits = text
                     break
             except OverflowError:  # rounded up past the largest single
@@ -706,8 +716,7 @@ def narrowed(column: pa.Array | pa.ChunkedArray, how: Narrowing) -> pa.Array:
     """
     kind = column.type
     if how.float32:
-        out: list[Any] = [None if v is None else struct.unpack("<f", struct.pack("<f", v))[0]
-                          for v in column.to_pylist()]
+        out: list[Any] = [None if v is None else single(v) for v in column.to_pylist()]
         return pa.array(out, kind)
     step = 10 ** (6 - (how.fsp or 0))
     if pa.types.is_timestamp(kind):

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import re
-import struct
 from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
@@ -205,12 +204,10 @@ def make_text_fn(columns: list[SnapshotColumn], extra: list[tuple[pa.Field, Any]
                             value: Any = int(text)
                         elif col.binary:
                             value = bytes.fromhex(text)
-                        elif col.type_code == TypeCode.FLOAT:
-                            value = struct.unpack("<f", struct.pack("<f", float(text)))[0]
                         else:
                             value = text
                         values.append(converters[i](value))
-                    except (ValueError, OverflowError, SinkError) as exc:
+                    except (ValueError, SinkError) as exc:
                         raise SnapshotFormatError(f"{where}: column {col.name!r}: {text[:60]!r}: {exc}") from None
                 arrays.append(pa.array(values, type=arrow_type_for(col.type_code, col.flags, col.params)))
             for f, value in extra:

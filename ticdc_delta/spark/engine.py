@@ -52,13 +52,13 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
-from ..core.batch_planner import WATERMARK, ConsumerState, ResolvedMark
+from ..core.batch_planner import WATERMARK, ResolvedMark
 from ..core.key_buckets import Layout, Router, Routing, owns, splittable
 from ..core.merge import DELETE, KeyResolver, MissingKeyError
 from ..core.records import ChangeRecord, DDLRecord, dump_record, gc_paused, load_record, load_row
@@ -893,8 +893,7 @@ class SparkEngine:
             state = h._state
             assert state is not None and h._catalog is not None  # noqa: S101 - loaded by the handler
             held_rows = [r for r in state.held if isinstance(r, ChangeRecord)]  # a state left by delta-rs
-            ddl_state = ConsumerState(state.watermarks, [r for r in state.held if isinstance(r, DDLRecord)],
-                                      state.applied_ddl, state.released_low)
+            ddl_state = replace(state, held=[r for r in state.held if isinstance(r, DDLRecord)])
             h._avro_type_params(spec, h._catalog)
             partitions = {t: h._partitions_of(t) for t in cfg.topics} if h.mode == WATERMARK else None
             # a table's rows are split only by its own DDL: one MERGE per table between them (ddl_tables)
@@ -1052,8 +1051,7 @@ class SparkEngine:
                 PipelineState(batch_id, plan.state.watermarks, [dump_record(r) for r in plan.state.held], meta),
                 app_id=h._app_id,
             )
-            h._state = ConsumerState(plan.state.watermarks, list(plan.state.held), plan.state.applied_ddl,
-                                     plan.state.released_low)
+            h._state = replace(plan.state, held=list(plan.state.held))
             h._meta, h._loaded_batch = meta, batch_id
             h.batches += 1
             timings["state"] = time.monotonic() - t_state

@@ -393,18 +393,19 @@ def to_java_client_conf(conf: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def java_client_problem(conf: Mapping[str, Any]) -> str | None:
-    """What is wrong with ``source.kafka`` (librdkafka settings) for Spark's Kafka source, or ``None``: a
-    setting the source owns.
+def java_client_conf(conf: Mapping[str, Any]) -> dict[str, str]:
+    """``source.kafka`` (librdkafka settings) as Spark's Kafka source is given them
+    (:func:`to_java_client_conf`), checked: the configuration loader calls it too, before any JVM.
 
     Raises:
-        ConfigError: from :func:`to_java_client_conf` (a setting without a Java client equivalent).
+        ConfigError: a setting without a Java client equivalent, or one the source owns.
     """
-    reserved = sorted(_RESERVED_CLIENT_KEYS & to_java_client_conf(conf).keys())
+    client = to_java_client_conf(conf)
+    reserved = sorted(_RESERVED_CLIENT_KEYS & client.keys())
     if reserved:
-        return (f"Kafka setting(s) {', '.join(reserved)} are managed by the source and cannot be set "
-                "(use source.starting_offsets; offsets live in the checkpoint)")
-    return None
+        raise ConfigError(f"Kafka setting(s) {', '.join(reserved)} are managed by the source and cannot be set "
+                          "(use source.starting_offsets; offsets live in the checkpoint)")
+    return client
 
 
 class ConsumerGroupMirror:
@@ -512,10 +513,7 @@ def read_kafka_stream(
             "starting_offsets must be 'earliest', 'latest' or a {topic: {partition: offset}} mapping"
         )
     conf = {str(k): str(v) for k, v in (client_conf or {}).items()}
-    client = to_java_client_conf(conf)
-    problem = java_client_problem(conf)
-    if problem is not None:
-        raise ConfigError(problem)
+    client = java_client_conf(conf)
     if probe_timeout_s is not None:
         probe_brokers(bootstrap_servers, conf, timeout_s=probe_timeout_s)
 
