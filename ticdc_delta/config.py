@@ -162,7 +162,7 @@ _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 def _topic_name(value: str) -> str:
     """A Kafka topic name: ASCII letters, digits, ``.``, ``_`` and ``-``, at most 249 of them (what Kafka
-    accepts; a comma would make Spark's ``subscribe`` read two topics)."""
+    accepts; a comma or a ``|`` would make Spark read other topics)."""
     if not _TOPIC.fullmatch(value):
         raise ValueError(f"{value!r} is not a Kafka topic name (letters, digits, '.', '_', '-'; at most 249)")
     return value

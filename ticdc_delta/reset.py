@@ -217,7 +217,9 @@ def _offsets_after_state(
     for topic in cfg.topics:
         done = {int(p): int(o) for p, o in (seen.get(topic) or {}).items()}
         # -2 = earliest (Spark's startingOffsets JSON): a partition this job never read from
-        out[topic] = {p: done.get(p, -2) for p in sorted(set(partitions_of(topic)) | set(done))}
+        parts = {p: done.get(p, -2) for p in sorted(set(partitions_of(topic)) | set(done))}
+        if parts:  # (a topic that does not exist yet: read from its start once it does)
+            out[topic] = parts
     return out
 
 

@@ -187,6 +187,25 @@ def test_a_partition_that_has_not_resolved_yet_is_no_new_partition() -> None:
     assert added.replays_dropped == 0 and set(final(added.steps[0])) == {(3,)}
 
 
+def test_a_listed_topic_that_does_not_exist_yet_holds_nothing_back() -> None:
+    """A topic dispatcher's topic TiCDC has not created yet (the broker lists no partitions): nothing of it can
+    be missing, so the rows of the other topics are released. Once it exists, it has promised nothing until it
+    resolves; a topic that had been read and is gone (no partitions, but watermarks) still holds rows back."""
+    def step(state, records, resolved, more):
+        return plan_batch(state, records, resolved, mode=WATERMARK, keys=KeyResolver(),
+                          partitions={"cdc": (0,), "more": more})
+
+    first = step(ConsumerState(), [row(10, 0, 0, "insert", {"id": 1, "v": "a"})], [rm(0, 1, 20)], ())
+    assert first.held == 0 and set(final(first.steps[0])) == {(1,)} and first.topic_watermarks == {"cdc": 20}
+    created = step(first.state, [row(30, 0, 2, "insert", {"id": 2, "v": "b"}),
+                                 row(25, 0, 0, "insert", {"id": 3, "v": "c"}, topic="more")], [rm(0, 3, 40)], (0,))
+    assert created.steps == [] and created.held == 2 and created.replays_dropped == 0
+    resolved = step(created.state, [], [rm(0, 1, 40, topic="more")], (0,))
+    assert set(final(resolved.steps[0])) == {(2,), (3,)} and resolved.state.released_low == 40
+    gone = step(resolved.state, [row(50, 0, 4, "insert", {"id": 4, "v": "d"})], [rm(0, 5, 60)], ())
+    assert gone.steps == [] and gone.held == 1
+
+
 def test_watermark_regression_is_ignored() -> None:
     p = plan(ConsumerState(), [], [rm(0, 0, 50), rm(0, 1, 40), rm(1, 0, 50)])
     assert p.state.watermarks[("cdc", 0)] == 50 and p.watermark_regressions == 1

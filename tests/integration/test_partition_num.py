@@ -58,3 +58,51 @@ def test_partitions_beyond_partition_num_are_not_waited_for(broker: Any, spark: 
     assert collect_status(told)["rows_held"] == 0 and "unresolved_partitions" not in progress.lines[-1]
     diffs = compare_with_oracle(_ConfiguredSink(told), sim.oracle(), tz=told.sink.source_timezone)
     assert not [d.describe() for d in diffs if not d.ok] and sum(d.actual_rows for d in diffs) > 0
+
+
+def test_a_listed_topic_ticdc_has_not_created_yet_holds_nothing_back(broker: Any, spark: Any, tmp_path: Path,
+                                                                     unique_name: Any, progress: Any) -> None:
+    """A changefeed with a topic dispatcher: TiCDC creates a table's topic when it first writes to it, so a
+    listed topic may not exist yet. Its rows cannot be missing: the other topics' rows land (before, every
+    batch failed on the topic's metadata), the progress line names it; once TiCDC creates it and writes to
+    it, its rows land too, held until it has resolved them."""
+    from ticdc_delta.codec import encoder_for
+    from ticdc_delta.codec.model import Column, ColumnFlag, Op, ResolvedEvent, RowChange, TypeCode
+    from ticdc_delta.delta.sink import TableIdent
+
+    first, later = unique_name("dispatch-a"), unique_name("dispatch-b")
+    broker.create_topic(first, partitions=1)
+    encode = encoder_for("canal-json", {"enable-tidb-extension": "true"}).encode
+    key = ColumnFlag.HANDLE_KEY | ColumnFlag.PRIMARY_KEY
+
+    def insert(ts: int, table: str, k: int) -> RowChange:
+        image = (Column("k", TypeCode.BIGINT, key, k), Column("v", TypeCode.VARCHAR, ColumnFlag.NONE, f"{table}{k}"))
+        return RowChange(ts, "d", table, Op.INSERT, image, None)
+
+    def produce(topic: str, events: list[Any]) -> None:
+        broker.produce_many(topic, [(0, m.key, m.value) for m in encode(events)])
+
+    cfg = config_from_mapping({
+        "changefeed": "dispatch", "checkpoint": str(tmp_path / "ckpt"),
+        "sink": {"path": str(tmp_path / "lake"), "engine": "spark"},
+        "source": {"bootstrap_servers": broker.bootstrap_servers, "topics": [first, later], "protocol": "canal-json",
+                   "options": {"enable-tidb-extension": "true"}},
+    })
+    base = 446_000_000_000_000_000
+    produce(first, [insert(base + 1, "a", 1), insert(base + 2, "a", 2), ResolvedEvent(base + 3)])
+    run_job(cfg, once=True, spark=spark)
+    sink = _ConfiguredSink(cfg)
+    assert sorted(sink.read(TableIdent("d", "a")).column("k").to_pylist()) == [1, 2]
+    assert progress.lines[-1]["missing_topics"] == [later]
+
+    progress.lines.clear()
+    broker.create_topic(later, partitions=1)
+    produce(first, [insert(base + 4, "a", 3), ResolvedEvent(base + 6)])
+    produce(later, [insert(base + 5, "b", 1)])  # not resolved yet: everything after base + 3 waits for it
+    run_job(cfg, once=True, spark=spark)
+    assert "missing_topics" not in progress.lines[-1] and collect_status(cfg)["rows_held"] == 2
+    produce(later, [ResolvedEvent(base + 6)])
+    run_job(cfg, once=True, spark=spark)
+    assert sorted(sink.read(TableIdent("d", "a")).column("k").to_pylist()) == [1, 2, 3]
+    assert sink.read(TableIdent("d", "b")).to_pylist() == [{"k": 1, "v": "b1"}]
+    assert collect_status(cfg)["rows_held"] == 0

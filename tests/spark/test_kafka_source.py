@@ -27,6 +27,7 @@ from ticdc_delta.spark.kafka_source import (
     read_kafka_stream,
     redact,
     to_java_client_conf,
+    topics_pattern,
     unwrap_source_error,
 )
 
@@ -609,6 +610,16 @@ def test_read_kafka_stream_rejects(spark: Any, kwargs: dict[str, Any], error: ty
     arguments.update(kwargs)
     with pytest.raises(error, match=match):
         read_kafka_stream(spark, **arguments)
+
+
+def test_the_topics_pattern_matches_exactly_the_listed_topics() -> None:
+    """Spark's ``subscribePattern`` reads a topic whose whole name the pattern matches (Java's regex, which
+    reads these escapes as Python's does)."""
+    import re
+
+    pattern = re.compile(topics_pattern(["cdc.orders", "cdc-items_2", "a|b"]))
+    assert all(pattern.fullmatch(t) for t in ["cdc.orders", "cdc-items_2", "a|b"])
+    assert not any(pattern.fullmatch(t) for t in ["cdcxorders", "cdc.orders2", "xcdc-items_2", "a", "b", ""])
 
 
 @pytest.mark.integration

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Protocol, Sequence
 from .merge import KeyResolver, TableChanges, collapse
 from .pending_buffer import PendingBuffer, apply_order
 from .records import ChangeRecord, DDLRecord, Record
-from .resolved_ts import WatermarkTracker, seed_new_partitions
+from .resolved_ts import WatermarkTracker, live_topics, seed_new_partitions
 from ..locations import fold_name
 from .ts_guard import TsGuard
 from .snapshot_seam import SnapshotSeam
@@ -211,8 +211,9 @@ def plan_batch(
     released: list[Record] = []
     topic_wms: dict[str, int | None] = {}
     # the topics the job reads now: a topic taken out of the configuration keeps its watermarks in the
-    # state, and would hold every row back
-    topics = sorted(partitions) if partitions else tracker.topics()
+    # state, and would hold every row back; a listed topic that does not exist yet (no partitions, never
+    # read: TiCDC creates a topic dispatcher's topic when it first writes to it) holds nothing back either
+    topics = live_topics(partitions, state.watermarks) if partitions else tracker.topics()
     low = tracker.global_low(topics)
     for topic in topics:
         topic_wms[topic] = tracker.topic_watermark(topic)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-__all__ = ["WatermarkTracker", "lowest"]
+__all__ = ["WatermarkTracker", "lowest", "live_topics", "seed_new_partitions"]
 
 
 class WatermarkTracker:
@@ -93,6 +93,14 @@ def seed_new_partitions(watermarks: Mapping[tuple[str, int], int], partitions: M
             for p in parts:
                 out.setdefault((topic, p), released_low)
     return out
+
+
+def live_topics(partitions: Mapping[str, Iterable[int]], watermarks: Mapping[tuple[str, int], int]) -> list[str]:
+    """The topics of ``partitions`` (each listed topic's partitions, as the broker has them) that bound the
+    rows released: all but a topic that has no partitions (it does not exist yet: TiCDC creates a topic of a
+    topic dispatcher when it first writes to it, so nothing of it can be missing) and no watermark (a topic
+    once read and gone since still holds every row back: what it had may not have been read)."""
+    return sorted(t for t, parts in partitions.items() if parts or any(k == t for k, _ in watermarks))
 
 
 def lowest(watermarks: Iterable[int | None]) -> int | None:

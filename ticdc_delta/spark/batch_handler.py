@@ -167,10 +167,16 @@ class BatchHandler:
 
         def remembered(topic: str) -> list[int]:
             self._seen_partitions[topic] = found = asked(topic)
+            if not found and topic not in self._warned_missing:
+                self._warned_missing.add(topic)
+                log.warning("topic %r does not exist (yet): it holds no row back until it does (TiCDC creates a "
+                            "topic dispatcher's topic when it first writes to it); if it never appears, check "
+                            "its name in source.topics", topic)
             return found
 
         self._partitions_of = remembered
         self._warned_unresolved = False
+        self._warned_missing: set[str] = set()
         self._ddl_handler = ddl_handler
         self._state: ConsumerState | None = None
         self._catalog: TableCatalog | None = None
@@ -612,7 +618,14 @@ class BatchHandler:
         unresolved = [f"{t}[{p}]" for t, p in self._unresolved_partitions()]
         if unresolved:
             line["unresolved_partitions"] = unresolved
+        missing = self._missing_topics()
+        if missing:
+            line["missing_topics"] = missing
         progress_log.info(json.dumps(line, sort_keys=False))
+
+    def _missing_topics(self) -> list[str]:
+        """The listed topics the broker does not have (watermark mode asks for them each batch)."""
+        return [topic for topic, parts in sorted(self._seen_partitions.items()) if not parts]
 
     def _unresolved_partitions(self) -> list[tuple[str, int]]:
         """In watermark mode, the partitions that have never sent a resolved ts while others have: no row is
@@ -722,12 +735,13 @@ class _FaultySink:
 
 
 def kafka_partitions(cfg: JobConfig, topic: str) -> list[int]:
-    """The partitions of ``topic`` (Kafka metadata).
+    """The partitions of ``topic`` (Kafka metadata); none when the topic does not exist (yet): TiCDC creates a
+    topic of a topic dispatcher when it first writes to it.
 
     Raises:
-        BrokerUnavailableError: the broker did not answer, or the topic is not available.
+        BrokerUnavailableError: the broker did not answer, or the topic is not available (e.g. not authorized).
     """
-    from confluent_kafka import Consumer, KafkaException
+    from confluent_kafka import Consumer, KafkaError, KafkaException
 
     consumer = Consumer({**cfg.librdkafka_conf(), "group.id": "ticdc-delta-metadata"})
     try:
@@ -739,6 +753,9 @@ def kafka_partitions(cfg: JobConfig, topic: str) -> list[int]:
     finally:
         consumer.close()
     t = md.topics.get(topic)
+    if t is not None and t.error is not None and t.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                                                     KafkaError._UNKNOWN_TOPIC):
+        return []
     if t is None or t.error is not None:
         raise BrokerUnavailableError(f"topic {topic!r} is not available: {getattr(t, 'error', 'missing')}")
     return sorted(t.partitions)

@@ -1,6 +1,6 @@
 """The Kafka reader of the job: Spark's own Kafka source (``spark-sql-kafka-0-10``), and what goes with it.
 
-:func:`read_kafka_stream` builds ``spark.readStream.format("kafka")`` with ``subscribe``,
+:func:`read_kafka_stream` builds ``spark.readStream.format("kafka")`` with ``subscribePattern`` (the topics),
 ``startingOffsets``, ``maxOffsetsPerTrigger``, ``failOnDataLoss`` and every client setting of the YAML
 (librdkafka names, translated for the Java client by :func:`to_java_client_conf`: SASL user/password
 become a JAAS config, a CA file a PEM truststore), and selects the columns the batch handler reads::
@@ -520,7 +520,7 @@ def read_kafka_stream(
     stream = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap_servers)
-        .option("subscribe", ",".join(topics))
+        .option("subscribePattern", topics_pattern(topics))
         .option("startingOffsets", starting)
         .option("failOnDataLoss", "true" if fail_on_data_loss else "false")
         .option("includeHeaders", "false")
@@ -531,6 +531,14 @@ def read_kafka_stream(
         stream = stream.option(f"kafka.{key}", value)
     df = stream.load()
     return df.select(*[F.col(c) for c in _COLUMNS])
+
+
+def topics_pattern(topics: Sequence[str]) -> str:
+    """The Java regex Spark's ``subscribePattern`` reads exactly ``topics`` by (it must match a whole name).
+    Not ``subscribe``: Spark's source then fails on a topic that does not exist, and TiCDC creates a topic
+    of a topic dispatcher only when it first writes to it; a pattern reads such a topic once it exists, from
+    its start. Every character but letters, digits, ``_`` and ``-`` is escaped (a Kafka name's dot too)."""
+    return "|".join(re.sub(r"[^A-Za-z0-9_-]", lambda m: "\\" + m.group(), t) for t in topics)
 
 
 #: Java consumer settings of the executors' Kafka reads unless ``source.client`` sets them. Spark keeps a
