@@ -371,6 +371,7 @@ def test_max_commit_ts_decodes() -> None:
         (group([2], [T.NULL], [0], [b"x"]), "NULL/GEOMETRY column carries 1 value bytes"),
         (group([2], [8], [0], [zz(1)], kind=3), "unexpected column group type 3 "),
         (group([], [], [], []), "column group with no columns"),
+        (group([2, 1, 2], [T.INT] * 3, [0] * 3, [zz(1)] * 3), "column 'c' named twice in one column group"),
         (b"\x01\x01\x04\x08\x00\x05" + b"\x00" * 8, r"value length -3 \(-1 is NULL\)"),
         (group([2], [8], [0], [zz(1)]) + b"\x00", "column values end at byte"),
     ],
@@ -509,9 +510,10 @@ _COLUMN_KINDS = [
 def _columns(draw) -> tuple[Column, ...]:
     kinds = draw(st.lists(st.sampled_from(_COLUMN_KINDS), min_size=1, max_size=12))
     extra = draw(st.sampled_from([F(0), F.HANDLE_KEY | F.PRIMARY_KEY, F.UNIQUE_KEY, F(0x100)]))
+    names = draw(st.lists(st.text(max_size=8), min_size=len(kinds), max_size=len(kinds), unique=True))
     return tuple(
-        Column(draw(st.text(max_size=8)), int(tp), flags | extra, draw(st.one_of(st.none(), values)))
-        for tp, flags, values in kinds
+        Column(name, int(tp), flags | extra, draw(st.one_of(st.none(), values)))
+        for name, (tp, flags, values) in zip(names, kinds)
     )
 
 

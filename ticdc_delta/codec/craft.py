@@ -788,6 +788,9 @@ class CraftDecoder:
         names = tuple(map(terms.__getitem__, ids))
         layout = self._layouts.get((names, types, flags))
         if layout is None:
+            if len(set(names)) < len(names):  # (one check per shape: the layout is kept)
+                twice = sorted({n for n in names if names.count(n) > 1})
+                raise _bad(f"column {twice[0]!r} named twice in one column group")
             layout = _remember(self._layouts, (names, types, flags), ImageLayout(names, types, flags))
         shape = _GroupShape(data[pos:stop], stop - pos, gtype, names, decode_values, types, flags, layout)
         if len(shapes) < _SHAPES_PER_DICTIONARY:
