@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ticdc_delta.codec import canal_json as canal_json_module, decoder_for, encoder_for
+from ticdc_delta.codec.base import COMPILE_AT
 from ticdc_delta.codec.canal_json import (
     CanalJsonDecoder,
     CanalJsonEncoder,
@@ -1143,3 +1144,35 @@ def test_error_messages_cap_what_they_quote() -> None:
     with pytest.raises(DecodeError, match=r"… \(1000000 bytes\)") as info:
         decode(orjson.dumps(kind), {})
     assert len(str(info.value)) < 1000
+
+
+def test_a_column_order_is_written_code_for_at_its_compile_at_th_sighting_only() -> None:
+    """A row shape's builders (generated code) cost what a few hundred rows cost the plain way: a stream of
+    ever new shapes (``mysqlType``s, corrupt or hostile) decodes without writing code for any; a table's rows
+    get theirs at the COMPILE_AT-th row, and decode alike."""
+    def message(i: int, cols: int) -> bytes:
+        types = {"id": "int", **{f"c{i}_{j}": "int" for j in range(cols)}}
+        row = {"id": str(i), **{f"c{i}_{j}": str(j) for j in range(cols)}}
+        return orjson.dumps({**seed_insert(), "mysqlType": types, "data": [row]})
+
+    built: list[Any] = []
+    original = canal_json_module._compile_builder
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        built.append(args)
+        return original(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("ticdc_delta.codec.base.COMPILE_AT", COMPILE_AT)  # (the codec tests' is 1: conftest)
+        mp.setattr(canal_json_module, "_compile_builder", counting)
+        decoder = CanalJsonDecoder({})
+        for i in range(50):  # 50 shapes, each met once
+            (event,) = decoder.decode(None, message(i, 3), CTX)
+            assert event.columns[0] == Column("id", T.INT, KEY, i)
+        assert not built
+        for n in range(1, COMPILE_AT + 1):
+            (event,) = decoder.decode(None, message(7, 3), CTX)
+            assert len(built) == (2 if n >= COMPILE_AT - 1 else 0)  # checked and trusted (met once above)
+        mp.setattr("ticdc_delta.codec.base.COMPILE_AT", 1)
+        eager = CanalJsonDecoder({})
+        assert eager.decode(None, message(7, 3), CTX) == decoder.decode(None, message(7, 3), CTX)

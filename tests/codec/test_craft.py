@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ticdc_delta.codec import decoder_for, encoder_for
+from ticdc_delta.codec.base import COMPILE_AT, CompileGate
 from ticdc_delta.codec.craft import CraftDecoder, CraftEncoder
 from ticdc_delta.codec.model import (
     Column,
@@ -579,7 +580,17 @@ _VALID = [load_hexdump(name) for name in sorted(GOLDEN)] + [
     CraftEncoder({}).encode_message([cases.INSERT, cases.UPDATE, cases.DELETE]),
     CraftEncoder({}).encode_message(cases.ALL_EVENTS),
 ]
-_WARM = CraftDecoder({})  # a decoder whose caches know the valid messages: mutations must not fool them
+
+
+def _eager() -> CraftDecoder:
+    """A decoder that writes a shape's values decoder the first time it meets it (not at its
+    :data:`~ticdc_delta.codec.base.COMPILE_AT`-th sighting): what these tests compare with the plain one."""
+    decoder = CraftDecoder({})
+    decoder._compile_gate = CompileGate(at=1)
+    return decoder
+
+
+_WARM = _eager()  # a decoder whose caches know the valid messages: mutations must not fool them
 for _value in _VALID * 2:  # twice: value-length patterns met twice get a compiled struct
     _WARM.decode(None, _value, CTX)
 
@@ -618,7 +629,7 @@ def _structs(decoder: CraftDecoder) -> int:
 
 def test_a_length_pattern_met_twice_is_compiled_and_decodes_alike() -> None:
     value = CraftEncoder({}).encode_message([cases.INSERT, cases.UPDATE, cases.DELETE])
-    decoder = CraftDecoder({})
+    decoder = _eager()
     first = decoder.decode(None, value, CTX)
     assert first == [e._replace(source=CTX) for e in (cases.INSERT, cases.UPDATE, cases.DELETE)]
     assert decoder.decode(None, value, CTX) == first
@@ -650,7 +661,7 @@ def test_bad_values_in_a_compiled_pattern_are_refused_alike(value: bytes, match:
     good = one_row_message(group(names, types, flags, [b"\x02", b"x"]), ["a", "e"])
     bad = one_row_message(group(names, types, flags, [value if match.startswith("column") else b"\x02",
                                                       value if "UTF-8" in match else b"x"]), ["a", "e"])
-    warm = CraftDecoder({})
+    warm = _eager()
     for _ in range(3):
         warm.decode(None, good, CTX)
     assert _structs(warm) == 1
@@ -667,3 +678,24 @@ def test_warm_and_cold_decoders_agree_on_mutations(value: bytes, data) -> None:
     at = data.draw(st.integers(0, len(mutated) - 1))
     mutated[at] = data.draw(st.integers(0, 255))
     assert _outcome(_WARM, bytes(mutated)) == _outcome(CraftDecoder({}), bytes(mutated))
+
+
+def test_a_shape_is_written_code_for_at_its_compile_at_th_sighting_only() -> None:
+    """Writing a shape's values decoder costs what a few hundred of its rows cost the plain way: a shape met
+    once (a stream of ever new shapes, corrupt or hostile) is decoded by the plain loop and nothing of it is
+    kept; a table's stream of rows gets its code at the COMPILE_AT-th row, and decodes alike."""
+    def message(n: int, ts: int) -> bytes:
+        row = RowChange(ts, "s", "t", Op.INSERT, tuple(Column(f"c{i}", int(T.INT), F(0), i) for i in range(n)), None)
+        return CraftEncoder({}).encode_message([row])
+
+    decoder, plain = CraftDecoder({}), CraftDecoder({})
+    decoder._compile_gate = CompileGate(COMPILE_AT)  # (the codec tests' decoders compile at once: conftest)
+    for n in range(1, 60):  # 59 shapes, each met once
+        assert decoder.decode(None, message(n, n), CTX) == plain.decode(None, message(n, n), CTX)
+    assert not decoder._values_decoders and not decoder._metas
+    for ts in range(1, COMPILE_AT + 1):
+        expected = [e._replace(source=CTX) for e in plain.decode(None, message(3, ts), CTX)]
+        assert decoder.decode(None, message(3, ts), CTX) == expected
+        assert bool(decoder._values_decoders) == (ts >= COMPILE_AT - 1)  # (n = 3 met once above)
+    (written,) = decoder._values_decoders.values()
+    assert "STRUCTS" in written.__globals__  # generated code, not the plain loop

@@ -12,8 +12,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ticdc_delta.codec import decoder_for, encoder_for, open_protocol as open_protocol_module
+from ticdc_delta.codec.base import COMPILE_AT
 from ticdc_delta.codec.json_output import event_to_json_object
-from ticdc_delta.codec.model import DecodeContext, DDLEvent, FailedEntry, ResolvedEvent, RowChange
+from ticdc_delta.codec.model import (
+    Column, ColumnFlag as F, DecodeContext, DDLEvent, FailedEntry, Op, ResolvedEvent, RowChange, TypeCode as T,
+)
 from ticdc_delta.codec.open_protocol import go_quote, go_unquote
 from ticdc_delta.errors import (
     ClaimCheckError,
@@ -643,3 +646,27 @@ def test_only_updated_columns_encoder_round_trip() -> None:
     assert set(body["p"]) == changed and len(body["p"]) < len(body["u"])
     (event,) = decode(message.key, message.value)
     assert event.old_values() == cases.UPDATE.old_values() and event.new_values() == cases.UPDATE.new_values()
+
+
+def test_a_shape_is_written_code_for_at_its_compile_at_th_sighting_only() -> None:
+    """A column group's converter (generated code) costs what a few hundred rows cost the plain way: a stream
+    of ever new shapes (corrupt or hostile) decodes without writing code for any; a table's rows get theirs
+    at the COMPILE_AT-th row, and decode alike."""
+    def message(name: str, ts: int) -> tuple[bytes, bytes]:
+        row = RowChange(ts, "s", "t", Op.INSERT, (Column("id", int(T.BIGINT), F.HANDLE_KEY, ts),
+                                                  Column(name, int(T.VARCHAR), F(0), "x")), None)
+        (m,) = encoder_for("open-protocol").encode([row])
+        return m.key or b"", m.value or b""
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("ticdc_delta.codec.base.COMPILE_AT", COMPILE_AT)  # (the codec tests' is 1: conftest)
+        decoder = decoder_for("open-protocol")
+        mp.setattr("ticdc_delta.codec.base.COMPILE_AT", 1)
+        eager = decoder_for("open-protocol")
+        for i in range(50):  # 50 shapes, each met once
+            assert decoder.decode(*message(f"c{i}", i + 1), CTX) == eager.decode(*message(f"c{i}", i + 1), CTX)
+        assert not decoder._shapes and decoder._last_shape is None
+        for n in range(1, COMPILE_AT + 1):
+            assert decoder.decode(*message("c7", n), CTX) == eager.decode(*message("c7", n), CTX)
+            assert len(decoder._shapes) == (1 if n >= COMPILE_AT - 1 else 0)  # (met once above)
+        assert decoder._last_shape is not None

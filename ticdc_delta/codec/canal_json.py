@@ -69,7 +69,7 @@ from ..errors import (
     UpstreamRowError,
     preview,
 )
-from .base import Message, parse_bool_option
+from .base import CompileGate, Message, parse_bool_option
 from .claim_check import (
     RAW_VALUE_OPTION,
     STORAGE_OPTION,
@@ -469,7 +469,7 @@ class _Layout:
     """The columns of one (mysqlType, pkNames): specs by name, and by column order the image layout
     (names, types, flags, shared by every event) and the functions building a row's values."""
 
-    __slots__ = ("specs", "_keys", "_builders", "_last_order", "_last_entry")
+    __slots__ = ("specs", "_keys", "_builders", "_last_order", "_last_entry", "_compile_gate")
 
     def __init__(self, specs: dict[str, _Spec]) -> None:
         self.specs = specs
@@ -478,6 +478,7 @@ class _Layout:
         # the previous row's column order: comparing two tuples of the same strings beats hashing one
         self._last_order: tuple[Any, ...] | None = None
         self._last_entry: _Entry | None = None
+        self._compile_gate = CompileGate(limit=_MAX_ORDERS)  # builders are written for an order met often enough
 
     def image(self, row: dict[str, Any], *, whole: bool = True) -> Image:
         """The Image of one row image, in the row's order (the hot path: no checks beyond what the
@@ -519,8 +520,10 @@ class _Layout:
             whole = len(order) == len(self.specs)
             names = tuple(s[0] for s in specs)
             layout = ImageLayout(names, [s[1] for s in specs], [s[2] for s in specs])
-            if len(self._builders) >= _MAX_ORDERS:
-                # more column orders than any real producer writes: decode them without caching anything
+            if len(self._builders) >= _MAX_ORDERS or (
+                    len(order) <= _MAX_GENERATED_COLUMNS and not self._compile_gate.due(order)):
+                # more column orders than any real producer writes, or one met too seldom yet to write code
+                # for: decode them without caching anything
                 generic = _generic_builder(specs)
                 return layout, generic, generic, whole
             if len(order) > _MAX_GENERATED_COLUMNS:

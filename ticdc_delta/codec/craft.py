@@ -38,7 +38,7 @@ from itertools import accumulate
 from typing import Any, Callable, Iterator, NamedTuple, Sequence, TypeVar
 
 from ..errors import DecodeError, EncodeError, FramingError, TruncatedMessageError, UnsupportedVersionError
-from .base import Message
+from .base import CompileGate, Message
 from .model import (
     Column,
     ColumnFlag,
@@ -549,6 +549,7 @@ class CraftDecoder:
         self._metas: dict[bytes, _GroupMeta] = {}
         self._meta_lengths: dict[int, list[int]] = {}  # column count -> lengths of known leading bytes
         self._values_decoders: dict[tuple[tuple[int, ...], tuple[ColumnFlag, ...]], _ValuesDecoder] = {}
+        self._compile_gate = CompileGate()  # a values decoder is written for a shape met often enough
         # (names, types, flags) -> the layout every image of those columns shares, across dictionaries
         self._layouts: dict[tuple[tuple[str, ...], tuple[int, ...], tuple[ColumnFlag, ...]], ImageLayout] = {}
 
@@ -751,6 +752,7 @@ class CraftDecoder:
         if 4 * ncols > end - p:
             raise _truncated(f"column group of {ncols} columns", end, p)
         meta = None
+        provisional = False
         for length in self._meta_lengths.get(ncols, ()):
             stop = pos + length
             if stop <= end:
@@ -766,13 +768,17 @@ class CraftDecoder:
             flags = tuple(column_flag(fl) for fl in raw[2 * ncols :])
             decode_values = self._values_decoders.get((types, flags))
             if decode_values is None:
-                if ncols <= _GENERATED_MAX_COLUMNS:
+                if ncols <= _GENERATED_MAX_COLUMNS and self._compile_gate.due((types, flags)):
                     decode_values = _generated_values_decoder(types, flags)
                 else:
                     decode_values = _generic_values_decoder(types, flags)
-                _remember(self._values_decoders, (types, flags), decode_values)
+                    # (a shape met too seldom yet to write code for: nothing of it is kept, so it is parsed
+                    # again until it is)
+                    provisional = ncols <= _GENERATED_MAX_COLUMNS
+                if not provisional:
+                    _remember(self._values_decoders, (types, flags), decode_values)
             meta = (ids, decode_values, types, flags)
-            if stop - pos <= _MEMO_MAX_BYTES:
+            if not provisional and stop - pos <= _MEMO_MAX_BYTES:
                 if len(self._metas) >= _CACHE_LIMIT:
                     self._metas.clear()
                     self._meta_lengths.clear()
@@ -793,7 +799,7 @@ class CraftDecoder:
                 raise _bad(f"column {twice[0]!r} named twice in one column group")
             layout = _remember(self._layouts, (names, types, flags), ImageLayout(names, types, flags))
         shape = _GroupShape(data[pos:stop], stop - pos, gtype, names, decode_values, types, flags, layout)
-        if len(shapes) < _SHAPES_PER_DICTIONARY:
+        if len(shapes) < _SHAPES_PER_DICTIONARY and not provisional:
             shapes.append(shape)
         return shape
 

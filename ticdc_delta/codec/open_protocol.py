@@ -57,7 +57,7 @@ from ..errors import (
     UpstreamRowError,
     preview,
 )
-from .base import Message
+from .base import CompileGate, Message
 from .claim_check import (
     STORAGE_OPTION,
     ClaimCheckStorage,
@@ -501,6 +501,7 @@ class OpenProtocolDecoder:
         self._shapes: dict[tuple[Any, Any, Any], tuple[ImageLayout, _ColumnsConverter]] = {}
         self._last_names: Any = None
         self._last_shape: tuple[ImageLayout, _ColumnsConverter] | None = None
+        self._compile_gate = CompileGate()  # a converter is written for a shape met often enough
 
     def __getstate__(self) -> dict[str, Any]:
         # pickled to Spark executors: the caches hold generated functions, which do not pickle
@@ -625,18 +626,24 @@ class OpenProtocolDecoder:
         shape = self._shapes.get((names, types, flags))
         if shape is None:
             shape = self._new_shape(names, types, flags)
+            if shape is None:  # met too seldom yet to write code for: the plain loop, nothing kept
+                layout = ImageLayout(names, types, [column_flag(f) for f in flags])
+                return Image(layout, _generic_converter(types, layout.flags)(cols))  # type: ignore[arg-type]
         self._last_names, self._last_shape = names, shape
         return Image(shape[0], shape[1](cols))  # type: ignore[arg-type]
 
     def _new_shape(
         self, names: tuple[str, ...], types: tuple[int, ...], flags: tuple[int, ...]
-    ) -> tuple[ImageLayout, _ColumnsConverter]:
-        """The image layout and converter of a column group (cached)."""
+    ) -> tuple[ImageLayout, _ColumnsConverter] | None:
+        """The image layout and converter of a column group (cached); ``None`` for a shape not met often
+        enough yet to write a converter for (:class:`~ticdc_delta.codec.base.CompileGate`)."""
         column_flags = [column_flag(f) for f in flags]
         if len(names) > _GENERATED_MAX_COLUMNS:
             converter = _generic_converter(types, column_flags)
-        else:
+        elif self._compile_gate.due((names, types, flags)):
             converter = _compile_converter(types, column_flags)
+        else:
+            return None
         shape = (ImageLayout(names, types, column_flags), converter)
         if len(self._shapes) >= _FAST_CACHE_LIMIT:
             self._shapes.clear()
