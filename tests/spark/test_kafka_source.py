@@ -692,3 +692,22 @@ def test_executor_consumers_fetch_a_big_batch_in_large_fetches(
     plan = df._jdf.queryExecution().logical().toString()
     assert f"kafka.max.partition.fetch.bytes={expected}" in plan
     assert f"kafka.receive.buffer.bytes={1 << 20}" in plan
+
+
+@pytest.mark.integration
+def test_a_checkpoint_of_a_query_that_subscribed_by_name_continues_under_the_topics_pattern(
+        spark: Any, broker: LocalBroker, tmp_path: Path, unique_name: Any) -> None:
+    """Versions before read the topics with ``subscribe``; the source now reads them by an exact
+    ``subscribePattern``. A checkpoint of the old query goes on where it stopped: nothing read twice or lost."""
+    topic = unique_name("by-name")
+    broker.create_topic(topic, partitions=2)
+    broker.produce_many(topic, [(i % 2, None, b"old-%d" % i) for i in range(10)])
+    old = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap_servers)
+           .option("subscribe", topic).option("startingOffsets", "earliest").load())
+    before = Collector()
+    _run_once(old, tmp_path / "ckpt", before)
+    assert sorted(r[4] for r in before.rows()) == sorted(b"old-%d" % i for i in range(10))
+    broker.produce_many(topic, [(i % 2, None, b"new-%d" % i) for i in range(6)])
+    after = Collector()
+    _run_once(_stream(spark, broker, [topic], probe_timeout_s=None), tmp_path / "ckpt", after)
+    assert sorted(r[4] for r in after.rows()) == sorted(b"new-%d" % i for i in range(6))
