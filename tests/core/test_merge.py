@@ -42,3 +42,24 @@ def test_exact_entry_wins_over_the_wildcard_and_unmapped_tables_use_flags() -> N
 def test_lookup_must_be_callable() -> None:
     with pytest.raises(TypeError, match="lookup must be callable"):
         KeyResolver(lookup={"s": "t"})  # type: ignore[arg-type]
+
+
+def test_a_unique_key_with_a_nullable_column_is_no_key() -> None:
+    """TiCDC flags a NOT NULL unique key as the handle; a unique key over a nullable column (a table replicated
+    with force-replicate) identifies no row: any number of rows hold NULL there. Keyed by it, they collapsed
+    into one (each new one replaced the last, one delete removed them all); the rows are keyed by all
+    their columns, as a table without a key."""
+    from ticdc_delta.codec.model import ColumnFlag as F
+    from ticdc_delta.core.records import ChangeRecord
+
+    unique, plain = int(F.UNIQUE_KEY | F.NULLABLE), int(F.NULLABLE)
+
+    def insert(offset: int, u: int | None, v: int) -> ChangeRecord:
+        return ChangeRecord(10 + offset, "cdc", 0, offset, 0, "s", "t", "insert",
+                            (("u", 3, unique, u), ("v", 3, plain, v)), None)
+
+    tables = collapse([insert(0, None, 1), insert(1, None, 2), insert(2, 5, 3)], KeyResolver())
+    assert tables[("s", "t")].key_columns == ("u", "v")
+    assert sorted(tables[("s", "t")].changes, key=str) == [(5, 3), (None, 1), (None, 2)]
+    not_null = (("u", 3, int(F.UNIQUE_KEY), 5), ("v", 3, plain, 3))
+    assert KeyResolver().key_columns("s", "t", not_null) == ("u",)  # (a NOT NULL one keys the rows)

@@ -22,15 +22,21 @@ DELETE = "d"
 _HANDLE = int(ColumnFlag.HANDLE_KEY)
 _PRIMARY = int(ColumnFlag.PRIMARY_KEY)
 _UNIQUE = int(ColumnFlag.UNIQUE_KEY)
+_NULLABLE = int(ColumnFlag.NULLABLE)
 _COLUMN = itemgetter(0, 1, 2)
 
 
 def flagged_key(columns: Sequence[Sequence[Any]]) -> tuple[str, ...] | None:
     """The key an image's columns (``(name, type, flags, ...)``) flag: the handle-key columns (TiCDC's
-    choice of primary or unique key), else the primary-key, else the unique-key ones; ``None``: none."""
+    choice of primary or unique key), else the primary-key, else the unique-key ones — unless one of those
+    is nullable: TiCDC hands a NOT NULL unique key the handle, and a unique key with a nullable column
+    identifies no row (any number of rows may hold NULL there: keyed by it, they collapsed into one);
+    ``None``: none."""
     for mask in (_HANDLE, _PRIMARY, _UNIQUE):
         names = tuple(c[0] for c in columns if c[2] & mask)
         if names:
+            if mask == _UNIQUE and any(c[2] & _NULLABLE for c in columns if c[2] & mask):
+                return None
             return names
     return None
 
