@@ -363,3 +363,32 @@ def test_the_executors_rules_start_an_added_partition_where_rows_were_released()
     assert rules.ddl_steps == () and plan.replays_dropped == 1
     out = rules.apply_table([rec(250, 2, 1, "old"), rec(320, 2, 3, "new")], [], KeyResolver())
     assert out.replays == 1 and out.segments == [] and [r.commit_ts for r in out.held] == [320]
+
+
+def test_records_held_of_a_topic_taken_out_of_the_job_are_released_at_the_bound() -> None:
+    """A topic dispatcher: RENAME TABLE s.a TO s.c goes to s_a, which then gets no resolved ts (its tables are
+    gone) and holds rows back until it is taken out of ``source.topics``, as the docs say. Its held RENAME
+    (and rows) then apply at the other topics' bound — in both engines; they stayed in the state for good."""
+    def rec(ts: int, topic: str, offset: int, table: str, v: str) -> ChangeRecord:
+        return ChangeRecord(ts, topic, 0, offset, 0, "s", table, "insert", _img({"id": 1, "v": v}), None)
+
+    def rm(topic: str, offset: int, ts: int) -> ResolvedMark:
+        return ResolvedMark(topic, 0, offset, 0, ts)
+
+    rename = DDLRecord(200, "s_a", 0, 1, 0, "s", "c", "RENAME TABLE `s`.`a` TO `s`.`c`", 14)
+    late = rec(190, "s_a", 2, "b", "late")  # a row of s_a held with it (s_a's watermark is 150)
+    batches = [([rename, late, rec(210, "s_c", 0, "c", "y")], [rm("s_a", 3, 150), rm("s_c", 1, 250)],
+                {"s_a": [0], "s_c": [0]}),
+               ([], [rm("s_c", 2, 300)], {"s_c": [0]})]  # s_a taken out of the job
+    whole, split, held = ConsumerState(), ConsumerState(), []
+    for records, marks, parts in batches:
+        expected = plan_batch(whole, records, marks, mode=WATERMARK, keys=KeyResolver(), partitions=parts)
+        plan, rules = plan_coordination(split, [r for r in records if isinstance(r, DDLRecord)], marks,
+                                        mode=WATERMARK, partitions=parts)
+        rows = [r for r in records if isinstance(r, ChangeRecord)]
+        placed = {r.commit_ts: rules.place(r, held=r in held) for r in [*held, *rows]}
+        held = [r for r in [*held, *rows] if placed[r.commit_ts] == "held"]
+        whole, split = expected.state, plan.state
+    assert [type(s).__name__ for s in expected.steps] == ["RowsStep", "DDLRecord", "RowsStep"]
+    assert list(rules.ddl_steps) == [rename] and placed == {190: "released", 210: "released"}
+    assert whole.held == [] and split.held == [] and held == []

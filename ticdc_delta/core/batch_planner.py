@@ -217,6 +217,10 @@ def plan_batch(
     low = tracker.global_low(topics)
     for topic in topics:
         topic_wms[topic] = tracker.topic_watermark(topic)
+    # the records of every topic are released up to that bound, those of a topic taken out of the
+    # configuration too (read to its end, as the docs ask, its records held so far — a RENAME, a DROP, rows —
+    # are complete up to any resolved ts of the changefeed: they were stranded in the state for good)
+    for topic in pending.topics():
         released.extend(pending.release(topic, low))
     released.sort(key=apply_order)
 

@@ -44,6 +44,10 @@ class PendingBuffer:
             ready.sort(key=apply_order)
         return ready
 
+    def topics(self) -> list[str]:
+        """The topics records are held of."""
+        return sorted(t for t, held in self._by_topic.items() if held)
+
     def __len__(self) -> int:
         return sum(len(v) for v in self._by_topic.values())
 

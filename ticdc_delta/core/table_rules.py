@@ -212,8 +212,8 @@ class TableRules:
                         wm = found[1][i - 1]
                 if wm is not None and ts <= wm:
                     return REPLAY
-            upto = low if topic in topics else None
-            return RELEASED if upto is not None and (ts or 0) <= upto else HELD
+            # (a row of a topic taken out of the configuration too: batch_planner releases it at the same bound)
+            return RELEASED if low is not None and (ts or 0) <= low else HELD
 
         return place
 
