@@ -52,3 +52,12 @@ def test_status_json_has_the_same_keys_before_the_first_state(tmp_path: Path) ->
     assert before.keys() == collect_status(cfg).keys()
     assert before["batch_id"] is None and before["dead_letter"] == {"path": fresh.dead_letter_path, "rows": 0,
                                                                     "compactions": 0}
+
+
+def test_the_watermark_is_none_while_a_topic_has_none(tmp_path: Path) -> None:
+    """Rows wait for the least watermark of the topics, none while one of them has none (a topic that has never
+    resolved: every row is held). The least of the others kept moving and hid that stall."""
+    cfg = _cfg(tmp_path, {"topic_watermarks": {"a": 446_000_000_000_000_000, "b": None}})
+    assert collect_status(cfg)["watermark"] is None and collect_status(cfg)["watermark_lag_s"] is None
+    cfg = _cfg(tmp_path / "later", {"topic_watermarks": {"a": 446_000_000_000_000_000, "b": 445_000_000_000_000_000}})
+    assert collect_status(cfg)["watermark"] == 445_000_000_000_000_000

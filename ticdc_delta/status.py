@@ -12,6 +12,7 @@ from typing import Any
 
 from .config import JobConfig
 from .core.records import load_record
+from .core.resolved_ts import lowest
 from .delta.compaction import table_name
 from .delta.state_store import RESET_BATCH_ID, StateStore
 from .locations import child_location
@@ -61,7 +62,7 @@ def collect_status(cfg: JobConfig, *, now: float | None = None) -> dict[str, Any
                    "compactions": compacted.get(table_name(DEAD_LETTER_IDENT), {}).get("compactions", 0)}
     wms = {f"{t}[{p}]": ts for (t, p), ts in sorted(state.watermarks.items())}
     topic_wms = state.meta.get("topic_watermarks", {})
-    low = min((w for w in topic_wms.values() if w is not None), default=None)
+    low = lowest(topic_wms.values())  # (none while a topic has none: the bound rows wait for)
     return {
         "changefeed": cfg.changefeed,
         "batch_id": state.batch_id,

@@ -32,6 +32,7 @@ from ..core.merge import KeyResolver, MissingKeyError
 from ..core.ts_guard import TsGuard, tso_physical_ms
 from ..core.snapshot_seam import seam_from_state
 from ..core.records import ChangeRecord, dump_record, gc_paused, load_record
+from ..core.resolved_ts import lowest
 from ..codec.base import parse_bool_option
 from ..codec.json_output import value_to_json
 from ..delta.value_check import Rejection, ValueScreen, describe_rejections, value_bytes
@@ -588,8 +589,7 @@ class BatchHandler:
         not list them (the spark engine keeps its rows' rejections on the executors); ``split``: the tables
         whose rules ran in key buckets, and how many; ``columnar``: the tables that took the columnar path;
         ``key_range``: the tables whose MERGE was bounded to its key range (both the spark engine)."""
-        wms = [w for w in plan.topic_watermarks.values() if w is not None]
-        low = min(wms) if wms else None
+        low = lowest(plan.topic_watermarks.values())  # (none while a topic has none: the bound rows wait for)
         lag = None if low is None else round(time.time() - tso_physical_ms(low) / 1000.0, 3)
         line = {
             "batch_id": batch_id,
@@ -641,7 +641,9 @@ class BatchHandler:
             self._warned_unresolved = True
             log.warning("no resolved ts yet from %s while the other partitions have sent theirs: rows are held "
                         "until every partition resolves them. If the changefeed's sink URI sets partition-num "
-                        "below the topic's partitions, give it in source.options too",
+                        "below the topic's partitions, give it in source.options too; a topic of a topic "
+                        "dispatcher gets resolved ts only while a table of it exists (one created ahead of its "
+                        "table holds rows back until then: list it once its table exists)",
                         ", ".join(f"{t}[{p}]" for t, p in missing))
         return missing
 
