@@ -133,6 +133,18 @@ def test_reset_to_offsets_names_every_source_topic(job: tuple[Path, Path], tmp_p
     assert spark_dir.exists()
 
 
+def test_reset_to_offsets_leaves_out_a_topic_that_does_not_exist_yet(job: tuple[Path, Path]) -> None:
+    """A topic of a topic dispatcher that TiCDC has not created yet has no partition to name: it may be left
+    out (or given as ``{}``), and is read from its start once it exists."""
+    yaml_path, _ = job
+    data = json.loads(yaml_path.read_text())
+    data["source"] = {**{k: v for k, v in data["source"].items() if k != "topic"}, "topics": ["cdc", "later"]}
+    broker = {"cdc": [0, 1], "later": []}
+    for given in ({"cdc": {0: 5, 1: 6}}, {"cdc": {0: 5, 1: 6}, "later": {}}):
+        plan = plan_reset(config_from_mapping(data), given, partitions_of=broker.__getitem__)
+        assert plan.starting_offsets == {"cdc": {0: 5, 1: 6}}
+
+
 def test_reset_refuses_when_the_state_moved_meanwhile(job: tuple[Path, Path], tmp_path: Path) -> None:
     yaml_path, spark_dir = job
     cfg = config_from_mapping(json.loads(yaml_path.read_text()))

@@ -118,13 +118,17 @@ def plan_reset(
         unknown = sorted(set(starting) - set(cfg.topics))
         if unknown:
             raise ValueError(f"offsets name topic(s) {unknown} the job does not read (source topics: {cfg.topics})")
-        missing = [t for t in cfg.topics if t not in starting]
-        if missing:  # (Spark's Kafka source refuses to start with specific offsets for only some of them)
-            raise ValueError(f"offsets must name every partition of every source topic; none given for {missing}")
-        # ... and for only some partitions of a topic: checked against the broker before anything is deleted
+        # Spark's Kafka source refuses to start with specific offsets for only some topics, or only some
+        # partitions of a topic: checked against the broker before anything is deleted (a topic that does
+        # not exist yet is left out: it is read from its start once it exists)
         partitions_of = partitions_of or _broker_partitions(cfg)
+        broker = {t: set(partitions_of(t)) for t in cfg.topics}
+        missing = [t for t in cfg.topics if t not in starting and broker[t]]
+        if missing:
+            raise ValueError(f"offsets must name every partition of every source topic; none given for {missing}")
+        starting = {t: given for t, given in starting.items() if given or broker[t]}
         for topic, given in starting.items():
-            have = set(partitions_of(topic))
+            have = broker[topic]
             left_out, unknown = sorted(have - set(given)), sorted(set(given) - have)
             if left_out or unknown:
                 raise ValueError(
