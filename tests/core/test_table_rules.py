@@ -392,3 +392,27 @@ def test_records_held_of_a_topic_taken_out_of_the_job_are_released_at_the_bound(
     assert [type(s).__name__ for s in expected.steps] == ["RowsStep", "DDLRecord", "RowsStep"]
     assert list(rules.ddl_steps) == [rename] and placed == {190: "released", 210: "released"}
     assert whole.held == [] and split.held == [] and held == []
+
+
+def test_a_cut_over_rename_split_across_topics_applies_in_an_order_that_can_run() -> None:
+    """``RENAME TABLE orders TO _orders_del, _orders_gho TO orders`` (gh-ost's cut-over): TiCDC writes one
+    event per table, of one commit ts, to each old table's topic. By topic name ``_orders_gho TO orders`` came
+    first, refused (``orders`` still there) on every retry; the table moved away goes first, in both engines.
+    In one topic the statement's order stands, and a cycle keeps the apply order."""
+    def rename(topic: str, offset: int, old: str, new: str) -> DDLRecord:
+        return DDLRecord(500, topic, 0, offset, 0, "s", new, f"RENAME TABLE `s`.`{old}` TO `s`.`{new}`", 14)
+
+    away, into = rename("s_orders", 0, "orders", "_orders_del"), rename("s__orders_gho", 0, "_orders_gho", "orders")
+    marks = [ResolvedMark(t, 0, 5, 0, 600) for t in ("s_orders", "s__orders_gho")]
+    parts = {"s_orders": [0], "s__orders_gho": [0]}
+    whole = plan_batch(ConsumerState(), [into, away], marks, mode=WATERMARK, keys=KeyResolver(), partitions=parts)
+    _, rules = plan_coordination(ConsumerState(), [into, away], marks, mode=WATERMARK, partitions=parts)
+    assert whole.steps == [away, into] and list(rules.ddl_steps) == [away, into]
+    # one topic: the order it came in (a chain through a new name, a TO tmp then tmp TO b, is one)
+    chain = [rename("cdc", 0, "a", "tmp"), rename("cdc", 1, "tmp", "b")]
+    assert plan_batch(ConsumerState(), chain, [ResolvedMark("cdc", 0, 2, 0, 600)], mode=WATERMARK,
+                      keys=KeyResolver(), partitions={"cdc": [0]}).steps == chain
+    swap = [rename("t1", 0, "a", "tmp"), rename("t2", 0, "b", "a"), rename("t3", 0, "tmp", "b")]
+    three = {t: [0] for t in ("t1", "t2", "t3")}
+    assert plan_batch(ConsumerState(), swap, [ResolvedMark(t, 0, 1, 0, 600) for t in three], mode=WATERMARK,
+                      keys=KeyResolver(), partitions=three).steps == swap

@@ -223,6 +223,7 @@ def plan_batch(
     for topic in pending.topics():
         released.extend(pending.release(topic, low))
     released.sort(key=apply_order)
+    released = renames_in_order(released, case_sensitive)
 
     applied = set(state.applied_ddl)
     steps, duplicate_ddl, new_ddl = _steps(released, keys, applied, screen)
@@ -241,6 +242,63 @@ def plan_batch(
         rejected=rejected,
         snapshot_dropped=snapshot_dropped,
     )
+
+
+def renames_in_order(records: list[Record], case_sensitive: bool = False) -> list[Record]:
+    """``records`` (in apply order) with each run of DDL of one commit ts from several topics ordered so that a
+    RENAME that moves a table away goes before one, in another topic, that takes its name.
+
+    TiCDC splits ``RENAME TABLE a TO a_old, b TO a`` (the cut-over of gh-ost or pt-online-schema-change) into
+    one DDL event per table, all of the statement's commit ts, each written to the old table's topic: with a
+    topic dispatcher the events' only order is their topics' names, which may put ``b TO a`` first — refused
+    (``a`` is still there), on every retry. DDL of one topic keep their order (the statement's); so does a
+    run that this rule would turn into a cycle (``a TO tmp, b TO a, tmp TO b`` across three topics: which
+    name was free is not in the events). A pure function of the records: a re-run orders them alike."""
+    out: list[Record] = []
+    i = 0
+    while i < len(records):
+        first, j = records[i], i + 1
+        if isinstance(first, DDLRecord):
+            while j < len(records) and isinstance(records[j], DDLRecord) and records[j].commit_ts == first.commit_ts:
+                j += 1
+        group = records[i:j]
+        out.extend(_by_renames(group, case_sensitive) if len({r.topic for r in group}) > 1 else group)
+        i = j
+    return out
+
+
+def _by_renames(group: list[Record], case_sensitive: bool) -> list[Record]:
+    """One commit ts's DDL from several topics (:func:`renames_in_order`): a stable topological order."""
+    from ..schema.ddl import RenameTable, parse_ddl
+
+    fold = (lambda n: n) if case_sensitive else fold_name
+    moves: list[list[tuple[tuple[str, str], tuple[str, str]]]] = []
+    for rec in group:
+        assert isinstance(rec, DDLRecord)  # noqa: S101 - renames_in_order groups DDL only
+        try:
+            changes = parse_ddl(rec.query, default_schema=rec.schema, ddl_type=rec.ddl_type)
+        except Exception:  # noqa: BLE001 - a DDL the parser cannot read renames nothing here (the applier says why)
+            changes = []
+        moves.append([((fold(c.schema), fold(c.table)), (fold(c.new_schema), fold(c.new_table)))
+                      for c in changes if isinstance(c, RenameTable)])
+    before: list[set[int]] = [set() for _ in group]  # the DDL each one must follow
+    for b, rec in enumerate(group):
+        for a in range(b):
+            if group[a].topic == rec.topic:  # (one topic: the statement's order)
+                before[b].add(a)
+            elif any(old == new_b for old, _ in moves[a] for _, new_b in moves[b]):
+                before[b].add(a)  # a moves away the table whose name b takes
+            elif any(old == new_a for old, _ in moves[b] for _, new_a in moves[a]):
+                before[a].add(b)
+    order: list[int] = []
+    left = list(range(len(group)))
+    while left:
+        ready = next((k for k in left if before[k] <= set(order)), None)
+        if ready is None:  # a cycle: the apply order as it is
+            return group
+        order.append(ready)
+        left.remove(ready)
+    return [group[k] for k in order]
 
 
 def _plausible(items: Iterable[Any], guard: TsGuard, rejected: list[RejectedTs]) -> list[Any]:
