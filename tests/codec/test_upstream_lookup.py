@@ -23,7 +23,7 @@ from ticdc_delta.codec.upstream_lookup import (
     upstream_value,
 )
 from ticdc_delta.config import config_from_mapping
-from ticdc_delta.errors import ConfigError, UpstreamUnavailableError
+from ticdc_delta.errors import ConfigError, DecodeError, UpstreamRowError, UpstreamUnavailableError
 from ticdc_delta.schema.mysql_types import parse_column_type
 
 F = ColumnFlag
@@ -192,3 +192,179 @@ def test_refused_credentials_are_a_config_error_not_retried() -> None:
     with pytest.raises(ConfigError, match=f"refused the job's user .*{PASSWORD_ENV}"):
         lookup.fetch("s", "t", [("id", 1)], 9, "canal-json")
     assert calls == [1]
+
+
+class _FakeTiDB:
+    """A scripted upstream TiDB for the injected ``connect`` hook: ``SELECT VERSION()``, ``SET
+    @@tidb_snapshot``, the row's ``SELECT *`` (which raises each of ``failures`` in turn, then answers
+    ``id=1, name='ann'``) and ``information_schema.COLUMNS``. Counts the connections opened."""
+
+    def __init__(self, failures: list[BaseException]) -> None:
+        self.failures = failures
+        self.connections = 0
+
+    def connect(self, settings: UpstreamSettings) -> object:
+        self.connections += 1
+        return _FakeConnection(self)
+
+
+class _FakeConnection:
+    def __init__(self, server: _FakeTiDB) -> None:
+        self.server = server
+
+    def cursor(self) -> _FakeCursor:
+        return _FakeCursor(self.server)
+
+    def close(self) -> None:
+        pass
+
+
+class _FakeCursor:
+    def __init__(self, server: _FakeTiDB) -> None:
+        self.server = server
+        self.rows: list[tuple[object, ...]] = []
+        self.description: list[tuple[str]] | None = None
+
+    def __enter__(self) -> _FakeCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def execute(self, sql: str, params: object = None) -> None:
+        if sql == "SELECT VERSION()":
+            self.rows = [("8.0.11-TiDB-v7.5.0",)]
+        elif sql.startswith("SELECT * FROM"):
+            if self.server.failures:
+                raise self.server.failures.pop(0)
+            self.description, self.rows = [("id",), ("name",)], [("1", "ann")]
+        elif "information_schema.COLUMNS" in sql:
+            self.rows = [("id", "bigint", "NO", "PRI", ""), ("name", "varchar(20)", "YES", "", "")]
+        else:
+            self.rows = []
+
+    def fetchall(self) -> list[tuple[object, ...]]:
+        return self.rows
+
+
+def _server_error(code: int, message: str) -> Exception:
+    """The error pymysql raises for a server error packet with this number (its class follows the number)."""
+    import pymysql
+
+    cls = pymysql.err.error_map.get(code, pymysql.err.OperationalError)
+    return cls(code, message)
+
+
+# Errors of a healthy row on a struggling server: retried, never dead-lettered.
+_TRANSIENT_LOOKUP_ERRORS = [
+    (9005, "Region is unavailable"),
+    (9001, "PD server timeout"),
+    (9002, "TiKV server timeout"),
+    (9003, "TiKV server is busy"),
+    (8027, "Information schema is out of date: schema failed to update in 1 lease, please make sure TiDB can "
+           "connect to TiKV"),
+    (8028, "Information schema is changed during the execution of the statement"),
+    (8022, "Error: KV error safe to retry"),
+    (9007, "Write conflict, txnStartTS=1, conflictStartTS=2"),
+    (1205, "Lock wait timeout exceeded; try restarting transaction"),
+    (1213, "Deadlock found when trying to get lock; try restarting transaction"),
+    (1317, "Query execution was interrupted"),
+    (1105, "[tikv:9002]TiKV server timeout"),
+    (1105, "[tikv:9005]Region is unavailable"),
+    (1105, "region unavailable"),
+    (1105, "[PD:client:ErrClientGetTSOTimeout]get TSO timeout"),
+]
+
+
+@pytest.mark.parametrize("code, message", _TRANSIENT_LOOKUP_ERRORS)
+def test_a_transient_server_error_in_a_lookup_is_retried_on_a_new_connection(code: int, message: str) -> None:
+    server = _FakeTiDB([_server_error(code, message)])
+    pauses: list[float] = []
+    lookup = UpstreamLookup(UpstreamSettings(host="tidb"), attempts=3, backoff=0.5, sleep=pauses.append,
+                            connect=server.connect)
+    row = lookup.fetch("shop", "orders", [("id", 1)], TSO, "canal-json")
+    assert row.values == (1, "ann") and [c.name for c in row.columns] == ["id", "name"]
+    assert server.connections == 2 and pauses == [0.5]  # the failed connection was dropped, a new one read
+
+
+@pytest.mark.parametrize("code, message", [
+    (9005, "Region is unavailable"),
+    (9001, "PD server timeout"),
+    (1105, "[tikv:9002]TiKV server timeout"),
+])
+def test_a_transient_server_error_on_every_attempt_is_retryable_not_a_dead_letter(code: int, message: str) -> None:
+    server = _FakeTiDB([_server_error(code, message) for _ in range(3)])
+    lookup = UpstreamLookup(UpstreamSettings(host="tidb", user="cdc"), attempts=3, sleep=lambda s: None,
+                            connect=server.connect)
+    with pytest.raises(UpstreamUnavailableError,
+                       match=rf"mysql://cdc@tidb:4000 failed 3 times .* shop\.orders .*{code}") as info:
+        lookup.fetch("shop", "orders", [("id", 1)], TSO, "open-protocol")
+    assert info.value.retryable and not isinstance(info.value, DecodeError) and server.connections == 3
+
+
+@pytest.mark.parametrize("code, message", [
+    (1040, "Too many connections"),
+    (1053, "Server shutdown in progress"),
+    (1203, "User cdc already has more than 'max_user_connections' active connections"),
+    (1105, "[tikv:9001]PD server timeout"),  # TiDB reads the privilege tables from TiKV at login
+])
+def test_a_transient_refusal_of_the_connection_is_retryable_not_a_config_error(code: int, message: str) -> None:
+    calls: list[int] = []
+
+    def refuse(settings: UpstreamSettings) -> object:
+        calls.append(1)
+        raise _server_error(code, message)
+
+    lookup = UpstreamLookup(UpstreamSettings(host="tidb"), attempts=3, sleep=lambda s: None, connect=refuse)
+    with pytest.raises(UpstreamUnavailableError, match=rf"failed 3 times .*\({code}, ") as info:
+        lookup.fetch("s", "t", [("id", 1)], 9, "canal-json")
+    assert info.value.retryable and len(calls) == 3
+
+
+@pytest.mark.parametrize("code, message", [
+    (1130, "Host '10.0.0.1' is not allowed to connect to this MySQL server"),
+    (1251, "Client does not support authentication protocol requested by server"),
+    (2059, "Authentication plugin 'authentication_ldap_sasl_client' not configured"),
+    (3118, "Access denied for user 'cdc'@'%'. Account is locked."),
+])
+def test_an_access_refusal_when_connecting_names_the_job_user_and_is_not_retried(code: int, message: str) -> None:
+    calls: list[int] = []
+
+    def deny(settings: UpstreamSettings) -> object:
+        calls.append(1)
+        raise _server_error(code, message)
+
+    lookup = UpstreamLookup(UpstreamSettings(host="tidb", user="cdc"), attempts=3, sleep=lambda s: None, connect=deny)
+    with pytest.raises(ConfigError, match=rf"refused the job's user \(error {code}\)"):
+        lookup.fetch("s", "t", [("id", 1)], 9, "canal-json")
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("code, message", [
+    (1146, "Table 'shop.orders' doesn't exist"),
+    (8055, "snapshot is older than GC safe point 2024-01-01 00:00:00 +0000 UTC"),
+    (9006, "GC life time is shorter than transaction duration"),
+    (1105, "[tikv:9006]GC life time is shorter than transaction duration, transaction starts at 1, GC safe "
+           "point is 2"),
+])
+def test_a_genuine_row_problem_stays_a_dead_letter_after_one_try(code: int, message: str) -> None:
+    """Guard for the sorting above: what retrying cannot mend is still the row's error."""
+    server = _FakeTiDB([_server_error(code, message)])
+    lookup = UpstreamLookup(UpstreamSettings(host="tidb"), attempts=3, sleep=lambda s: None, connect=server.connect)
+    with pytest.raises(UpstreamRowError, match=rf"shop\.orders .*refused the lookup: .*{code}"):
+        lookup.fetch("shop", "orders", [("id", 1)], TSO, "canal-json")
+    assert server.connections == 1
+
+
+@pytest.mark.parametrize("code, message", [
+    (1298, "Unknown or incorrect time zone: 'Mars/Olympus_Mons'"),
+    (1049, "Unknown database 'shop'"),
+])
+def test_an_unknown_time_zone_or_database_when_connecting_is_a_config_error(code: int, message: str) -> None:
+    """Guard: the settings' own errors still stop the job."""
+    def refuse(settings: UpstreamSettings) -> object:
+        raise _server_error(code, message)
+
+    lookup = UpstreamLookup(UpstreamSettings(host="tidb"), attempts=3, sleep=lambda s: None, connect=refuse)
+    with pytest.raises(ConfigError, match=rf"refused the connection: .*{code}"):
+        lookup.fetch("s", "t", [("id", 1)], 9, "canal-json")

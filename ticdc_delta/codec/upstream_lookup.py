@@ -29,15 +29,20 @@ Two dialects, chosen by the server's ``SELECT VERSION()``:
 
 Failures: no row at the snapshot (or several, or a server error for the query: an unknown table, a TSO
 past TiDB's GC safe point) is an :class:`~ticdc_delta.errors.UpstreamRowError` (the message goes to the
-dead-letter table); a server that cannot be reached or drops the connection, on every one of
-:data:`ATTEMPTS` tries, is an :class:`~ticdc_delta.errors.UpstreamUnavailableError` (transient: the
-batch is retried); refused credentials or a server with no snapshot reads are a
-:class:`~ticdc_delta.errors.ConfigError`. The password is never part of a message.
+dead-letter table); a server that cannot be reached, drops the connection or answers with a transient
+error (:data:`_TRANSIENT_ERRORS`: too many connections, shutting down, a TiKV/PD timeout, a region
+unavailable, a lock or schema-lease conflict...), on every one of :data:`ATTEMPTS` tries, is an
+:class:`~ticdc_delta.errors.UpstreamUnavailableError` (transient: the batch is retried — dead-lettering
+would drop a row the upstream has); refused credentials (:data:`_ACCESS_ERRORS`), an unknown database or
+time zone when connecting, or a server with no snapshot reads are a :class:`~ticdc_delta.errors.ConfigError`;
+any other refusal of a new connection is the server's state, not the row's nor the settings', so it is
+retried too. The password is never part of a message.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
@@ -81,7 +86,69 @@ BACKOFF_SECONDS = 0.2
 
 _PARAMS = {"connect_timeout", "read_timeout", "time_zone"}
 _TIDB, _MARIADB = "tidb", "mariadb"
-_ACCESS_ERRORS = frozenset({1044, 1045, 1142, 1143, 1227, 1698})  # access denied to db / user / table / privilege
+_ACCESS_ERRORS = frozenset({
+    1044,  # ER_DBACCESS_DENIED_ERROR: access denied to a database
+    1045,  # ER_ACCESS_DENIED_ERROR: wrong user or password
+    1130,  # ER_HOST_NOT_PRIVILEGED: the host may not connect
+    1142,  # ER_TABLEACCESS_DENIED_ERROR: no SELECT on the table
+    1143,  # ER_COLUMNACCESS_DENIED_ERROR: no SELECT on a column
+    1227,  # ER_SPECIFIC_ACCESS_DENIED_ERROR: a privilege the statement needs
+    1251,  # ER_NOT_SUPPORTED_AUTH_MODE: an authentication protocol the client lacks
+    1698,  # ER_ACCESS_DENIED_NO_PASSWORD_ERROR: auth_socket / no-password user
+    1862,  # ER_MUST_CHANGE_PASSWORD_LOGIN: the password has expired
+    2059,  # CR_AUTH_PLUGIN_CANNOT_LOAD (client side): an auth plugin pymysql does not have
+    3118,  # ER_ACCOUNT_HAS_BEEN_LOCKED
+    3159,  # ER_SECURE_TRANSPORT_REQUIRED: the server wants TLS, which the DSN has no way to ask for
+})
+"""Errors that mean the job's user cannot read the tables: a :class:`ConfigError` wherever they come."""
+
+_SETUP_ERRORS = frozenset({
+    1049,  # ER_BAD_DB_ERROR: unknown database (when connecting; in a lookup it is the row's table that is gone)
+    1298,  # ER_UNKNOWN_TIME_ZONE: the session time_zone (init_command) the server does not know
+})
+"""Errors of a new connection that mean the settings are wrong: a :class:`ConfigError`."""
+
+_TRANSIENT_ERRORS: Mapping[int, str] = {
+    1040: "too many connections",
+    1053: "the server is shutting down",
+    1158: "a network read failed (ER_NET_READ_ERROR)",
+    1159: "a network read timed out (ER_NET_READ_INTERRUPTED)",
+    1160: "a network write failed (ER_NET_ERROR_ON_WRITE)",
+    1161: "a network write timed out (ER_NET_WRITE_INTERRUPTED)",
+    1203: "the user has max_user_connections open",
+    1205: "lock wait timeout",
+    1213: "deadlock: the transaction was rolled back",
+    1317: "the query was interrupted (KILL QUERY, a restarting server)",
+    1927: "the connection was killed (MariaDB ER_CONNECTION_KILLED)",
+    3024: "max_execution_time exceeded",
+    4031: "the server closed the connection as idle (wait_timeout, MySQL 8.0.24+)",
+    8022: "TiDB: a KV error that is safe to retry (ErrTxnRetryable)",
+    8027: "TiDB: the information schema is out of date, the schema lease expired (ErrInfoSchemaExpired)",
+    8028: "TiDB: the information schema changed during the statement (ErrInfoSchemaChanged)",
+    9001: "TiDB: PD server timeout",
+    9002: "TiDB: TiKV server timeout",
+    9003: "TiDB: TiKV server is busy",
+    9004: "TiDB: resolve lock timeout",
+    9005: "TiDB: region is unavailable (no leader, a TiKV down or busy)",
+    9007: "TiDB: write conflict",
+    9008: "TiDB: TiKV store limit reached",
+    9010: "TiDB: TiKV stale command",
+    9011: "TiDB: TiKV max timestamp not synced (a leader just changed)",
+    9012: "TiDB: TiFlash server timeout",
+    9013: "TiDB: TiFlash server is busy",
+}
+"""Server errors worth another try, each with why: the server's state, not the row's (TiDB's codes from
+``pkg/errno/errcode.go``). 9006 (GC life time shorter than the transaction) and 8055 (snapshot older
+than the GC safe point) are not here: the history is gone, retrying cannot bring it back."""
+
+_ER_UNKNOWN_ERROR = 1105
+# TiDB hands many storage errors to the client as 1105 ER_UNKNOWN_ERROR with the inner error in the text:
+# "[tikv:9002]TiKV server timeout" (terror's "[class:code]message"), client-go's bare "region unavailable",
+# PD client errors in RFC form ("[PD:client:ErrClientGetTSOTimeout]get TSO timeout").
+_TIDB_INNER_CODE = re.compile(r"\[[A-Za-z_-]+:(\d{4,5})\]")
+_TRANSIENT_1105_TEXT = re.compile(
+    r"(?:tikv|pd|tiflash) server (?:timeout|is busy)|region (?:is )?unavailable|epoch not match|not leader"
+    r"|get tso timeout|\[PD:", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -362,10 +429,13 @@ class UpstreamLookup:
 
             try:
                 conn = self._call(lambda: self._connect(self.settings))
-            except pymysql.err.MySQLError as exc:  # the server answered, and said no (e.g. an unknown time_zone)
-                raise ConfigError(
-                    f"source.upstream {self.settings.describe()} refused the connection: {preview(str(exc))}"
-                ) from None
+            except pymysql.err.MySQLError as exc:  # the server answered, and said no
+                if _error_code(exc) in _SETUP_ERRORS:  # an unknown time_zone or database: the settings
+                    raise ConfigError(
+                        f"source.upstream {self.settings.describe()} refused the connection: {preview(str(exc))}"
+                    ) from None
+                # any other refusal (not access: _call sorted that) is the server's state: try again
+                raise _Unavailable(str(exc)) from None
             try:
                 version = self._query(conn, "SELECT VERSION()", ())[0][0]
             except BaseException:
@@ -383,23 +453,28 @@ class UpstreamLookup:
         return self._conn
 
     def _call(self, fn: Callable[[], Any]) -> Any:
-        """``fn()`` with pymysql's errors sorted: connection failures → :class:`_Unavailable`, refused
-        credentials → :class:`ConfigError`; other server errors pass through."""
+        """``fn()`` with pymysql's errors sorted: connection failures and transient server errors →
+        :class:`_Unavailable`, refused credentials → :class:`ConfigError`; other server errors pass through."""
         import pymysql
 
         try:
             return fn()
-        except (pymysql.err.OperationalError, pymysql.err.InternalError) as exc:
-            code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+        except pymysql.err.InterfaceError as exc:  # pymysql's own: a closed or broken connection
+            raise _Unavailable(str(exc)) from None
+        except pymysql.err.MySQLError as exc:
+            code = _error_code(exc)
             if code in _ACCESS_ERRORS:
                 raise ConfigError(
                     f"source.upstream {self.settings.describe()} refused the job's user (error {code}): set the "
                     f"password in the DSN or in {PASSWORD_ENV}, and grant SELECT on the replicated tables"
                 ) from None
-            if code == 0 or 2000 <= code < 3000:  # client-side CR_* codes: no server answer
-                raise _Unavailable(str(exc)) from None
+            if code == 0 and isinstance(exc, (pymysql.err.OperationalError, pymysql.err.InternalError)):
+                raise _Unavailable(str(exc)) from None  # pymysql's own connection failures carry no number
+            reason = _transient_reason(code, str(exc))
+            if reason is not None:
+                raise _Unavailable(f"{exc}: {reason}") from None
             raise
-        except (pymysql.err.InterfaceError, OSError) as exc:
+        except OSError as exc:
             raise _Unavailable(str(exc)) from None
 
     def _query(self, conn: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -425,9 +500,12 @@ class UpstreamLookup:
         message), as of ``commit_ts``.
 
         Raises:
-            UpstreamRowError: no such row at that snapshot, several, or the server refused the query.
-            UpstreamUnavailableError: the upstream failed on every attempt.
-            ConfigError: the upstream refused the credentials or has no snapshot reads.
+            UpstreamRowError: no such row at that snapshot, several, or the server refused the query with
+                an error that is not transient (an unknown table, a snapshot past the GC safe point).
+            UpstreamUnavailableError: the upstream could not be reached, or answered with a transient error
+                (:data:`_TRANSIENT_ERRORS`), on every attempt.
+            ConfigError: the upstream refused the credentials, the session time zone, or has no snapshot
+                reads.
         """
         import pymysql
 
@@ -513,6 +591,28 @@ class UpstreamLookup:
 
 class _Missing(Exception):
     """The lookup answered, but not with one usable row."""
+
+
+def _error_code(exc: BaseException) -> int:
+    """The MySQL error number of a pymysql error (``0`` when it carries none)."""
+    return exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+
+
+def _transient_reason(code: int, message: str) -> str | None:
+    """Why an error with this number and text is worth another try, or ``None`` when it is not: no
+    server answer (the client-side ``CR_*`` 2xxx codes), a code of :data:`_TRANSIENT_ERRORS`, or TiDB's
+    1105 wrapping one of them or naming a TiKV/PD timeout or an unavailable region."""
+    if 2000 <= code < 3000:
+        return "no answer from the server"
+    if code in _TRANSIENT_ERRORS:
+        return _TRANSIENT_ERRORS[code]
+    if code == _ER_UNKNOWN_ERROR:
+        for inner in _TIDB_INNER_CODE.findall(message):
+            if int(inner) in _TRANSIENT_ERRORS:
+                return _TRANSIENT_ERRORS[int(inner)]
+        if _TRANSIENT_1105_TEXT.search(message):
+            return "TiDB: a TiKV/PD timeout or an unavailable region"
+    return None
 
 
 def _text(value: Any) -> str:
