@@ -60,18 +60,20 @@ def test_partitions_beyond_partition_num_are_not_waited_for(broker: Any, spark: 
     assert not [d.describe() for d in diffs if not d.ok] and sum(d.actual_rows for d in diffs) > 0
 
 
-def test_a_listed_topic_ticdc_has_not_created_yet_holds_nothing_back(broker: Any, spark: Any, tmp_path: Path,
-                                                                     unique_name: Any, progress: Any) -> None:
+def test_a_listed_topic_missing_or_empty_holds_nothing_back(broker: Any, spark: Any, tmp_path: Path,
+                                                            unique_name: Any, progress: Any) -> None:
     """A changefeed with a topic dispatcher: TiCDC creates a table's topic when it first writes to it, so a
-    listed topic may not exist yet. Its rows cannot be missing: the other topics' rows land (before, every
-    batch failed on the topic's metadata), the progress line names it; once TiCDC creates it and writes to
-    it, its rows land too, held until it has resolved them."""
+    listed topic may not exist yet; and one created ahead of its table gets no resolved ts until the table
+    exists. Their rows cannot be missing: the other topics' rows land (before, every batch failed on the
+    topic's metadata, or held every row), the progress line names them; once TiCDC writes to one, its rows
+    land too, held until it has resolved them."""
     from ticdc_delta.codec import encoder_for
     from ticdc_delta.codec.model import Column, ColumnFlag, Op, ResolvedEvent, RowChange, TypeCode
     from ticdc_delta.delta.sink import TableIdent
 
-    first, later = unique_name("dispatch-a"), unique_name("dispatch-b")
+    first, later, ahead = unique_name("dispatch-a"), unique_name("dispatch-b"), unique_name("dispatch-c")
     broker.create_topic(first, partitions=1)
+    broker.create_topic(ahead, partitions=2)  # created ahead of its table: empty, never resolved
     encode = encoder_for("canal-json", {"enable-tidb-extension": "true"}).encode
     key = ColumnFlag.HANDLE_KEY | ColumnFlag.PRIMARY_KEY
 
@@ -85,7 +87,8 @@ def test_a_listed_topic_ticdc_has_not_created_yet_holds_nothing_back(broker: Any
     cfg = config_from_mapping({
         "changefeed": "dispatch", "checkpoint": str(tmp_path / "ckpt"),
         "sink": {"path": str(tmp_path / "lake"), "engine": "spark"},
-        "source": {"bootstrap_servers": broker.bootstrap_servers, "topics": [first, later], "protocol": "canal-json",
+        "source": {"bootstrap_servers": broker.bootstrap_servers, "topics": [first, later, ahead],
+                   "protocol": "canal-json",
                    "options": {"enable-tidb-extension": "true"}},
     })
     base = 446_000_000_000_000_000
@@ -93,14 +96,14 @@ def test_a_listed_topic_ticdc_has_not_created_yet_holds_nothing_back(broker: Any
     run_job(cfg, once=True, spark=spark)
     sink = _ConfiguredSink(cfg)
     assert sorted(sink.read(TableIdent("d", "a")).column("k").to_pylist()) == [1, 2]
-    assert progress.lines[-1]["missing_topics"] == [later]
+    assert progress.lines[-1]["empty_topics"] == sorted([later, ahead])
 
     progress.lines.clear()
     broker.create_topic(later, partitions=1)
     produce(first, [insert(base + 4, "a", 3), ResolvedEvent(base + 6)])
     produce(later, [insert(base + 5, "b", 1)])  # not resolved yet: everything after base + 3 waits for it
     run_job(cfg, once=True, spark=spark)
-    assert "missing_topics" not in progress.lines[-1] and collect_status(cfg)["rows_held"] == 2
+    assert progress.lines[-1]["empty_topics"] == [ahead] and collect_status(cfg)["rows_held"] == 2
     produce(later, [ResolvedEvent(base + 6)])
     run_job(cfg, once=True, spark=spark)
     assert sorted(sink.read(TableIdent("d", "a")).column("k").to_pylist()) == [1, 2, 3]

@@ -170,9 +170,10 @@ class BatchHandler:
             self._seen_partitions[topic] = found = asked(topic)
             if not found and topic not in self._warned_missing:
                 self._warned_missing.add(topic)
-                log.warning("topic %r does not exist (yet): it holds no row back until it does (TiCDC creates a "
-                            "topic dispatcher's topic when it first writes to it); if it never appears, check "
-                            "its name in source.topics", topic)
+                log.warning("topic %r does not exist or holds no message (yet): it holds no row back until it "
+                            "does (TiCDC creates a topic dispatcher's topic when it first writes to it, and sends "
+                            "resolved ts only to the topics of tables that exist); if it never fills, check its "
+                            "name in source.topics", topic)
             return found
 
         self._partitions_of = remembered
@@ -234,7 +235,8 @@ class BatchHandler:
         """The partitions of ``topic`` TiCDC writes to: the broker's, or the first ``partition-num`` of
         them when the sink URI set it (``source.options``; TiCDC then sends no row and no resolved ts to
         the others, which would otherwise hold every row for good)."""
-        found = kafka_partitions(self.cfg, topic)
+        resolved = self._state is not None and any(t == topic for t, _ in self._state.watermarks)
+        found = kafka_partitions(self.cfg, topic, empty_as_none=not resolved)
         limit = self.cfg.source.partition_num
         return found if limit is None else [p for p in found if p < limit]
 
@@ -618,13 +620,14 @@ class BatchHandler:
         unresolved = [f"{t}[{p}]" for t, p in self._unresolved_partitions()]
         if unresolved:
             line["unresolved_partitions"] = unresolved
-        missing = self._missing_topics()
-        if missing:
-            line["missing_topics"] = missing
+        empty = self._empty_topics()
+        if empty:
+            line["empty_topics"] = empty
         progress_log.info(json.dumps(line, sort_keys=False))
 
-    def _missing_topics(self) -> list[str]:
-        """The listed topics the broker does not have (watermark mode asks for them each batch)."""
+    def _empty_topics(self) -> list[str]:
+        """The listed topics that hold nothing back: the broker does not have them, or they have never resolved
+        and hold no message (watermark mode asks for them each batch)."""
         return [topic for topic, parts in sorted(self._seen_partitions.items()) if not parts]
 
     def _unresolved_partitions(self) -> list[tuple[str, int]]:
@@ -736,9 +739,13 @@ class _FaultySink:
         return getattr(self._sink, name)
 
 
-def kafka_partitions(cfg: JobConfig, topic: str) -> list[int]:
+def kafka_partitions(cfg: JobConfig, topic: str, *, empty_as_none: bool = False) -> list[int]:
     """The partitions of ``topic`` (Kafka metadata); none when the topic does not exist (yet): TiCDC creates a
-    topic of a topic dispatcher when it first writes to it.
+    topic of a topic dispatcher when it first writes to it. With ``empty_as_none``, none either when no
+    partition holds a message (the job asks so of a topic that has never resolved: one created ahead of its
+    table gets no resolved ts from TiCDC — only topics of tables that exist do —, and held every row back;
+    asked after the other topics' resolved ts were read, an empty topic has nothing at or below them, as
+    TiCDC writes an event before a resolved ts past it).
 
     Raises:
         BrokerUnavailableError: the broker did not answer, or the topic is not available (e.g. not authorized).
@@ -760,7 +767,33 @@ def kafka_partitions(cfg: JobConfig, topic: str) -> list[int]:
         return []
     if t is None or t.error is not None:
         raise BrokerUnavailableError(f"topic {topic!r} is not available: {getattr(t, 'error', 'missing')}")
-    return sorted(t.partitions)
+    partitions = sorted(t.partitions)
+    if empty_as_none and partitions and not _holds_messages(cfg, topic, partitions):
+        return []
+    return partitions
+
+
+def _holds_messages(cfg: JobConfig, topic: str, partitions: list[int]) -> bool:
+    """Whether a partition of ``topic`` holds a message (its low and high watermark offsets differ).
+
+    Raises:
+        BrokerUnavailableError: the broker did not answer.
+    """
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer({**cfg.librdkafka_conf(), "group.id": "ticdc-delta-metadata"})
+    try:
+        for p in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high > low:
+                return True
+        return False
+    except KafkaException as exc:
+        raise BrokerUnavailableError(
+            f"Kafka at {cfg.source.bootstrap_servers} did not answer an offsets request: {exc}"
+        ) from None
+    finally:
+        consumer.close()
 
 
 def _join(base: str, leaf: str) -> str:
