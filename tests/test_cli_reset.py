@@ -221,3 +221,16 @@ def test_reset_from_state_refuses_a_batch_that_stopped_past_a_table_ddl(job: tup
         plan_reset(cfg, "state", partitions_of=lambda topic: [0, 1])
     assert main(["reset", "--config", str(yaml_path), "--from", "state", "--yes"]) == EXIT_TERMINAL
     assert spark_dir.exists()
+
+
+def test_a_damaged_state_table_is_one_error_line_and_nothing_changes(job: tuple[Path, Path], tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    """Regression: a damaged state table (a torn commit file) printed delta-rs' error as a Python and Rust
+    traceback."""
+    yaml_path, spark_dir = job
+    log_dir = tmp_path / "ckpt" / "state" / "_delta_log"
+    sorted(log_dir.glob("*.json"))[-1].write_text("{not json\n")
+    assert main(["reset", "--config", str(yaml_path), "--from", "earliest", "--yes"]) == EXIT_TERMINAL
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.match(r"error: cannot read the job state table at .*/ckpt/state: .*Json error", err[0])
+    assert spark_dir.exists()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
 
+from ticdc_delta.cli import EXIT_TERMINAL, main
 from ticdc_delta.config import config_from_mapping
 from ticdc_delta.delta.state_store import PipelineState, StateStore
 from ticdc_delta.status import collect_status, render_status
@@ -61,3 +64,17 @@ def test_the_watermark_is_none_while_a_topic_has_none(tmp_path: Path) -> None:
     assert collect_status(cfg)["watermark"] is None and collect_status(cfg)["watermark_lag_s"] is None
     cfg = _cfg(tmp_path / "later", {"topic_watermarks": {"a": 446_000_000_000_000_000, "b": 445_000_000_000_000_000}})
     assert collect_status(cfg)["watermark"] == 445_000_000_000_000_000
+
+
+def test_status_of_a_damaged_state_table_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Regression: a damaged state table (a torn commit file) printed delta-rs' error as a Python and Rust
+    traceback."""
+    _cfg(tmp_path, {"tables": {}})
+    (tmp_path / "job.yaml").write_text(json.dumps({
+        "changefeed": "st", "checkpoint": str(tmp_path / "ckpt"), "sink": {"path": str(tmp_path / "lake")},
+        "source": {"bootstrap_servers": "127.0.0.1:9", "topic": "cdc", "protocol": "canal-json"},
+    }))
+    sorted((tmp_path / "ckpt" / "state" / "_delta_log").glob("*.json"))[-1].write_text("{not json\n")
+    assert main(["status", "--config", str(tmp_path / "job.yaml")]) == EXIT_TERMINAL
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.match(r"error: cannot read the job state table at .*/ckpt/state: .*Json error", err[0])

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Sequence
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .errors import TicdcDeltaError
+from .errors import TicdcDeltaError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -322,7 +322,14 @@ def main(argv: Sequence[str] | None = None, *, process_exit: bool = False) -> in
         print(f"error: {exc}", file=sys.stderr)
         return exit_code_for(exc)
     except (OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(exc) or type(exc).__name__}", file=sys.stderr)
+        return EXIT_TERMINAL
+    except Exception as exc:  # noqa: BLE001 - last resort: one error line, not a traceback
+        # (KeyboardInterrupt and SystemExit are no Exception: they go on as they did)
+        log.debug("%s failed", args.command, exc_info=True)
+        if process_exit:
+            _stop_spark()
+        print(f"error: {type(exc).__name__}: {one_line(exc)}", file=sys.stderr)
         return EXIT_TERMINAL
 
 

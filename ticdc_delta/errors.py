@@ -9,6 +9,7 @@ follows that split (see :mod:`ticdc_delta.cli`).
 
 from __future__ import annotations
 
+import re
 import reprlib
 from typing import Any
 
@@ -37,6 +38,8 @@ __all__ = [
     "ConcurrentCommitError",
     "DDLPolicyError",
     "SinkError",
+    "StorageUnavailableError",
+    "one_line",
     "UnwritableValueError",
     "IdentifierError",
     "ImplausibleTimestampError",
@@ -231,6 +234,14 @@ class SinkError(TerminalError):
     """Writing to the Delta sink failed in a way retrying cannot fix."""
 
 
+class StorageUnavailableError(TransientError):
+    """The storage of the Delta tables or of the job state (an object store, a file system) could not be
+    reached or answered with a server error: connection refused or reset, a timeout, a DNS failure, HTTP 5xx
+    or 429 (throttling: ``SlowDown``, ``ServiceUnavailable``). The same work may succeed later; names the
+    location and what the storage said. Access denied, a missing bucket or an invalid request stay a
+    :class:`SinkError`."""
+
+
 class UnwritableValueError(SinkError):
     """Row changes carry values no Delta column can hold (a DATE ``2024-13-45``, a DECIMAL beyond its
     precision) and ``dead_letter.fail_on_error`` is set; names each change's coordinates (topic,
@@ -266,3 +277,17 @@ class SnapshotConflictError(TerminalError):
     """A snapshot that must not be loaded or streamed past as things are: the stream already applied
     changes of a table after the snapshot's TSO, a newer snapshot is loaded, or a load was interrupted
     (re-run the ``snapshot`` command). Says which table and TSOs, and the way out."""
+
+
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_BACKTRACE = re.compile(r"\n\s*(?:stack backtrace:|0: ).*", re.DOTALL)
+
+
+def one_line(text: object) -> str:
+    """An error text (a delta-rs message: several lines, ANSI colours, its causes each on a line of its own
+    behind ``↳``, with ``RUST_BACKTRACE`` set a Rust backtrace after it) as one plain line: colours and the
+    backtrace removed, the causes joined with ``: `` (the separator delta-rs turned into line breaks),
+    whitespace runs collapsed."""
+    plain = _BACKTRACE.sub("", _ANSI_ESCAPE.sub("", str(text)).replace("\x1b", ""))
+    parts = (" ".join(line.replace("↳", " ").split()) for line in plain.splitlines())
+    return ": ".join(part for part in parts if part)

@@ -608,3 +608,24 @@ def test_renaming_or_dropping_a_partition_column_keeps_the_table_partitioned_by_
     assert sink.drop_column(T1, "label", txn(3))
     assert DeltaTable(sink.table_path(*T1)).metadata().partition_columns == []
     assert rows_of(sink, T1, "id") == [{"id": 1, "v": 1.0}, {"id": 2, "v": 2.0}, {"id": 3, "v": 3.0}]
+
+
+def test_merge_keyed_by_a_vector_column(sink: DeltaRsSink) -> None:
+    """Regression: a table without a key is keyed by all its columns, a VECTOR (``list<float32>``) one too;
+    Arrow cannot group by a list (the duplicate-key check) and delta-rs 1.6.6 cannot prune by one (`=`)."""
+    vec = pa.list_(pa.float32())
+    ident = TableIdent("s", "keyless")
+    sink.ensure_table(ident, pa.schema([("a", pa.int32()), ("emb", vec)]), None, txn(0))
+
+    def rows(*items: tuple[int, list[float] | None, str]) -> pa.Table:
+        a, emb, op = zip(*items)
+        return pa.table({"a": pa.array(a, pa.int32()), "emb": pa.array(emb, vec), OP_COLUMN: list(op)})
+
+    sink.merge(ident, rows((1, [1.0, 2.0], "u"), (1, [1.0, 3.0], "u"), (2, None, "u")), ["a", "emb"], txn(1))
+    # the UPDATE of (1, [1, 2]) to (2, [1, 2]): delete the old row, insert the new one
+    stats = sink.merge(ident, rows((1, [1.0, 2.0], "d"), (2, [1.0, 2.0], "u")), ["a", "emb"], txn(2))
+    assert (stats.inserted, stats.deleted) == (1, 1)
+    got = sorted(sink.read(ident).to_pylist(), key=lambda r: (r["a"], r["emb"] or []))
+    assert got == [{"a": 1, "emb": [1.0, 3.0]}, {"a": 2, "emb": None}, {"a": 2, "emb": [1.0, 2.0]}]
+    with pytest.raises(ValueError, match="more than one row for some key"):
+        sink.merge(ident, rows((3, [1.0, 2.0], "u"), (3, [1.0, 2.0], "d")), ["a", "emb"], txn(3))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import time
 from pathlib import Path
 
@@ -138,6 +139,21 @@ def test_a_table_without_one_state_row_is_refused(store: StateStore) -> None:
     write_deltalake(store.path, table, mode="append")  # two 'state' rows
     with pytest.raises(SinkError, match="expected 1 'state' row, found 2"):
         store.load()
+
+
+def test_a_damaged_state_table_is_a_sink_error_naming_it(store: StateStore) -> None:
+    """Regression: a state table whose latest commit file is damaged (a torn upload) made delta-rs' own error,
+    with a Rust backtrace, reach ``status`` and ``reset`` as a traceback. It is a one-line SinkError naming the
+    state table, from every way in."""
+    store.save(0, sample(0))
+    latest = sorted(glob.glob(os.path.join(store.path, "_delta_log", "*.json")))[-1]
+    Path(latest).write_text("{not json\n")
+    damaged = StateStore(store.path, APP)
+    for call in (damaged.load, damaged.committed_batch_id, lambda: damaged.save(1, sample(1))):
+        where = re.escape(store.path)
+        with pytest.raises(SinkError, match=rf"^cannot read the job state table at {where}: .*Json error") as e:
+            call()
+        assert "\n" not in str(e.value)
 
 
 def test_constructor_checks(tmp_path: Path) -> None:

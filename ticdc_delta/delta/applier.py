@@ -306,8 +306,9 @@ class DeltaApplier:
                       opts: TableOptions, batch_id: int) -> dict[str, str] | None:
         """The target table's schema work before its rows are written, for either engine: create it from
         the images' column types (plus the metadata columns), add the columns the images carry that it
-        lacks, widen drifted types. Returns its columns (lower-case name → name), or ``None`` when the
-        table does not exist and there are only deletes (nothing to do).
+        lacks (and the metadata columns, when they are on and the table was made without them: turned on
+        for an existing deployment), widen drifted types. Returns its columns (lower-case name → name), or
+        ``None`` when the table does not exist and there are only deletes (nothing to do).
 
         The schema work has a step of its own, taken whatever the table shows, so the data commit after it
         gets the same step on a re-run of the batch (see :mod:`~ticdc_delta.delta.ddl_replay`)."""
@@ -328,10 +329,15 @@ class DeltaApplier:
         assert existing is not None  # noqa: S101 - ensure_table just created it
         have = {f.name.lower(): f.name for f in existing}
         missing = [self._field(ident, n, t, f) for n, (t, f) in col_types.items() if n.lower() not in have]
+        if meta:
+            # metadata columns turned on for tables made without them: nullable, null in the existing rows
+            wanted = {f.name.lower() for f in missing}
+            missing += [pa.field(name, kind) for name, kind in ((meta[0], pa.int64()), (meta[1], pa.string()))
+                        if name.lower() not in have and name.lower() not in wanted]
         if missing:
             # schema drift without a DDL (Avro schema change, a DDL we did not see): evolve additively
             self.sink.add_columns(ident, missing, txn)
-            log.info("added columns %s to %s.%s from row images", [f.name for f in missing], *ident)
+            log.info("added columns %s to %s.%s", [f.name for f in missing], *ident)
             have.update({f.name.lower(): f.name for f in missing})
         self._widen_drifted(ident, existing, col_types, txn)
         return have
@@ -385,11 +391,11 @@ class DeltaApplier:
                 raise SinkError(f"table {ident.schema}.{ident.table} column {name!r}: {exc}") from exc
             columns.append(pa.array(values, type=arrow_type_for(type_code, flags, params)))
             fields.append(pa.field(have.get(name.lower(), name), columns[-1].type))
-        if meta and upserts:
+        if meta and upserts:  # (by the table's spelling of their names)
             columns.append(pa.array([c.commit_ts for c in changes], type=pa.int64()))
-            fields.append(pa.field(meta[0], pa.int64()))
+            fields.append(pa.field(have.get(meta[0].lower(), meta[0]), pa.int64()))
             columns.append(pa.array([c.op for c in changes], type=pa.string()))
-            fields.append(pa.field(meta[1], pa.string()))
+            fields.append(pa.field(have.get(meta[1].lower(), meta[1]), pa.string()))
         columns.append(pa.array([OP_DELETE if c.kind == DELETE else OP_UPSERT for c in changes], type=pa.string()))
         fields.append(pa.field(OP_COLUMN, pa.string()))
         table = pa.Table.from_arrays(columns, schema=pa.schema(fields))

@@ -34,7 +34,9 @@ import contextlib
 import logging
 import os
 import random
+import re
 import shutil
+import socket
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence, TypeVar, runtime_checkable
@@ -54,7 +56,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.fs import DeltaStorageHandler
 
 from ticdc_delta.delta.arrow_types import Narrowing, TextSource, narrowed, tidb_text
-from ticdc_delta.errors import ConcurrentCommitError, SinkError
+from ticdc_delta.errors import ConcurrentCommitError, SinkError, StorageUnavailableError, one_line
 from ticdc_delta.locations import (
     check_inside,
     child_location,
@@ -83,6 +85,8 @@ __all__ = [
     "path_component",
     "read_table",
     "run_commit",
+    "storage_unreachable",
+    "storage_error",
     "check_txn",
     "check_new_table",
     "check_new_fields",
@@ -399,6 +403,51 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
+# What an object store (delta-rs' object_store crate) or the network says when the storage cannot be reached
+# or is overloaded: the same request may succeed later. ``\btimeout\b`` leaves out the ``retry_timeout``
+# every object_store message quotes; status codes only count after "status" or with their reason phrase
+# (an elapsed time such as "in 503.2ms" is no status).
+_UNREACHABLE = re.compile(
+    r"connection (?:refused|reset|closed|aborted)|broken pipe|timed out|\btimeout\b|deadline has elapsed"
+    r"|dns error|failed to lookup address|name or service not known|temporary failure in name resolution"
+    r"|no route to host|network is unreachable|host is unreachable"
+    r"|status(?: code)?:? *(?:429|5\d\d)\b|\b(?:429 too many requests|500 internal server error|502 bad gateway"
+    r"|503 service unavailable|504 gateway timeout)\b"
+    r"|\bslow ?down\b|serviceunavailable|service unavailable|throttl|requesttimeout|too many requests"
+    r"|<code>internalerror</code>",
+    re.IGNORECASE,
+)
+# ... and what says retrying cannot help, whatever else the text holds
+_REFUSED = re.compile(
+    r"access ?denied|forbidden|unauthori[sz]ed|permission denied|necessary privileges|invalidaccesskeyid"
+    r"|signaturedoesnotmatch|nosuchbucket|not found|expiredtoken|invalid ?argument|invalid ?request",
+    re.IGNORECASE,
+)
+
+
+def storage_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (from delta-rs, pyarrow or the OS) says the storage could not be reached or was
+    overloaded (connection refused/reset, timeout, DNS failure, HTTP 5xx or 429): worth retrying later. An
+    access, not-found or invalid-request failure is not, even when the text also mentions a retry."""
+    if isinstance(exc, (PermissionError, FileNotFoundError, NotADirectoryError, IsADirectoryError)):
+        return False
+    text = one_line(exc)
+    if _REFUSED.search(text):
+        return False
+    return isinstance(exc, (ConnectionError, TimeoutError, socket.gaierror)) or bool(_UNREACHABLE.search(text))
+
+
+def storage_error(doing: str, exc: BaseException) -> SinkError | StorageUnavailableError:
+    """The error to raise for ``exc``, a delta-rs, pyarrow or OS failure while ``doing`` (``"cannot read
+    Delta table s3://..."``): :class:`~ticdc_delta.errors.StorageUnavailableError` (retryable: exit 75) when
+    the storage could not be reached (:func:`storage_unreachable`), else :class:`~ticdc_delta.errors.SinkError`
+    (terminal); its message is ``doing`` and ``exc`` in one line (:func:`one_line`)."""
+    message = f"{doing}: {one_line(exc)}"
+    if storage_unreachable(exc):
+        return StorageUnavailableError(f"{message} (the storage is unreachable or overloaded; retry later)")
+    return SinkError(message)
+
+
 def read_table(
     path: str, *, storage_options: Mapping[str, str] | None = None, columns: Sequence[str] | None = None
 ) -> pa.Table:
@@ -409,6 +458,7 @@ def read_table(
 
     Raises:
         SinkError: there is no Delta table at ``path``, or it cannot be read.
+        StorageUnavailableError: the storage could not be reached (retryable).
     """
     try:
         dt = DeltaTable(path, storage_options=dict(storage_options) if storage_options else None)
@@ -416,7 +466,7 @@ def read_table(
     except TableNotFoundError as exc:
         raise SinkError(f"no Delta table at {path}") from exc
     except (DeltaError, pa.ArrowException, OSError) as exc:
-        raise SinkError(f"cannot read Delta table {path}: {exc}") from exc
+        raise storage_error(f"cannot read Delta table {path}", exc) from exc
     target = pa.schema([f.with_type(_plain_type(f.type)) for f in table.schema])
     return table if target == table.schema else table.cast(target)
 
@@ -429,6 +479,7 @@ def run_commit(
 
     Raises:
         ConcurrentCommitError: still losing after ``max_retries`` retries.
+        StorageUnavailableError: the storage could not be reached (retryable: the job exits 75).
         SinkError: any other delta-rs or Arrow failure, naming the table path.
     """
     last: CommitFailedError | None = None
@@ -444,7 +495,7 @@ def run_commit(
         except SinkError:
             raise
         except (DeltaError, pa.ArrowException, OSError) as exc:
-            raise SinkError(f"{action} {path} failed: {exc}") from exc
+            raise storage_error(f"{action} {path} failed", exc) from exc
     raise ConcurrentCommitError(
         f"{action} {path}: lost to concurrent commits {max_retries + 1} times; last: {last}"
     ) from last
@@ -617,6 +668,19 @@ def _file_stats(actions: pa.Table, dt: DeltaTable) -> pa.Table:
     return pa.table(columns)
 
 
+def _distinct_keys(table: pa.Table, keys: Sequence[str]) -> int:
+    """How many distinct values the ``keys`` columns of ``table`` hold together. Arrow cannot group by a
+    nested column (a VECTOR is ``list<float32>``: a table without a key is keyed by all its columns, that
+    one too): such a column is grouped by its values' ``repr`` (one string per value, null kept null)."""
+    columns = {}
+    for i, name in enumerate(keys):
+        column = table.column(name)
+        if pa.types.is_nested(column.type):
+            column = pa.array([None if v is None else repr(v) for v in column.to_pylist()], pa.string())
+        columns[f"k{i}"] = column
+    return pa.table(columns).group_by(list(columns)).aggregate([]).num_rows
+
+
 def _uncommitted(name: str) -> bool:
     """Whether a file of a Delta log is a commit's temporary file (a hidden name: ``.<version>.json.<uuid>.tmp``
     and its ``.crc``), never a commit, checkpoint or checksum of a committed version."""
@@ -701,11 +765,18 @@ class DeltaRsSink:
         return path
 
     def _load(self, path: str) -> DeltaTable | None:
-        """The table's latest snapshot, or ``None`` when there is none."""
+        """The table's latest snapshot, or ``None`` when there is none.
+
+        Raises:
+            StorageUnavailableError: the storage could not be reached (retryable).
+            SinkError: the table's log cannot be read.
+        """
         try:
             return DeltaTable(path, storage_options=self._storage_options)
         except TableNotFoundError:
             return None
+        except (DeltaError, OSError) as exc:
+            raise storage_error(f"cannot read the Delta log of {path}", exc) from exc
 
     def _require(self, path: str) -> DeltaTable:
         dt = self._load(path)
@@ -808,7 +879,7 @@ class DeltaRsSink:
             files = _file_stats(pa.table(dt.get_add_actions(flatten=False)), dt)
             return TableFacts(schema, pc.sum(files.column("num_records")).as_py() or 0, files)
         except (DeltaError, pa.ArrowException, OSError) as exc:
-            raise SinkError(f"cannot read the log of {path}: {exc}") from exc
+            raise storage_error(f"cannot read the log of {path}", exc) from exc
 
     def read(self, ident: TableIdent) -> pa.Table:
         """The table's current rows (order not defined), via :func:`read_table`.
@@ -871,7 +942,7 @@ class DeltaRsSink:
         try:
             dt = self._load(path)
         except (DeltaError, OSError) as exc:
-            raise SinkError(f"cannot read the log of {path}: {exc}") from exc
+            raise storage_error(f"cannot read the log of {path}", exc) from exc
         return None if dt is None else dict(dt.metadata().configuration)
 
     def set_table_properties(self, ident: TableIdent, properties: Mapping[str, str]) -> None:
@@ -968,7 +1039,7 @@ class DeltaRsSink:
         ops = changes.column(OP_COLUMN)
         if ops.null_count or not set(pc.unique(ops).to_pylist()) <= {OP_UPSERT, OP_DELETE}:
             raise ValueError(f"{OP_COLUMN!r} values must be {OP_UPSERT!r} or {OP_DELETE!r}")
-        if changes.group_by(keys).aggregate([]).num_rows != changes.num_rows:
+        if _distinct_keys(changes, keys) != changes.num_rows:
             raise ValueError(f"changes has more than one row for some key {keys}: collapse them first")
         path = self._path(ident)
         columns = [c for c in names if c != OP_COLUMN]
@@ -977,10 +1048,12 @@ class DeltaRsSink:
         # and lets delta-rs prune target files by the source's key range; `<=>` disables that pruning
         # (delta-rs 1.6.6, 1k changes into a 20-file table: 0.09 s with `=`, 0.47 s with `<=>`).
         # Decimal keys always use `<=>`: with `=`, delta-rs 1.6.6's pruning by the source's key range
-        # misses matching rows of a decimal(20,0) key (BIGINT UNSIGNED) and inserts them again.
+        # misses matching rows of a decimal(20,0) key (BIGINT UNSIGNED) and inserts them again. Nested keys
+        # (a VECTOR of a table keyed by all its columns) too: with `=`, delta-rs 1.6.6 fails to build the
+        # pruning filter from the source's values ("Unable to convert expression to string").
         def null_safe(k: str) -> bool:
             col = changes.column(k)
-            return bool(col.null_count) or pa.types.is_decimal(col.type)
+            return bool(col.null_count) or pa.types.is_decimal(col.type) or pa.types.is_nested(col.type)
 
         predicate = " AND ".join(
             f"(t.{q} {'<=>' if null_safe(k) else '='} s.{q})" for k, q in ((k, quote_identifier(k)) for k in keys)
@@ -1139,7 +1212,7 @@ class DeltaRsSink:
         try:
             return self._load(path)
         except (DeltaError, OSError) as exc:
-            raise SinkError(f"cannot read the Delta log of {path}: {exc}") from exc
+            raise storage_error(f"cannot read the Delta log of {path}", exc) from exc
 
     def _overwrite(
         self, ident: TableIdent, rows: Callable[[DeltaTable, str], pa.Table], txn: Txn, action: str,
@@ -1206,7 +1279,7 @@ class DeltaRsSink:
                 return True
             (copy or self.copy_table)(src, dst, moved_from(src))
         except (DeltaError, OSError, pa.ArrowException) as exc:
-            raise SinkError(f"cannot move Delta table {src} to {dst}: {exc}") from exc
+            raise storage_error(f"cannot move Delta table {src} to {dst}", exc) from exc
         self.drop(old)
         return True
 
@@ -1253,7 +1326,7 @@ class DeltaRsSink:
                 found = DeltaStorageHandler(base, options=self._storage_options).get_file_info_selector(
                     pafs.FileSelector("", allow_not_found=True, recursive=False))
             except (DeltaError, OSError) as exc:
-                raise SinkError(f"cannot list the tables under {base}: {exc}") from exc
+                raise storage_error(f"cannot list the tables under {base}", exc) from exc
             names = sorted(f.base_name for f in found if f.type == pafs.FileType.Directory
                            and self._load(f"{base}/{f.base_name}") is not None)
         out = []
@@ -1308,9 +1381,9 @@ class DeltaRsSink:
         except OSError as exc:
             if self._load(path) is not None:  # a commit landed meanwhile: the table is there now
                 return False
-            raise SinkError(f"cannot clear the uncommitted Delta log of {path}: {exc}") from exc
+            raise storage_error(f"cannot clear the uncommitted Delta log of {path}", exc) from exc
         except DeltaError as exc:
-            raise SinkError(f"cannot clear the uncommitted Delta log of {path}: {exc}") from exc
+            raise storage_error(f"cannot clear the uncommitted Delta log of {path}", exc) from exc
 
     def drop(self, ident: TableIdent) -> bool:
         """Delete the table's files (its log first, so a crash part-way leaves no half table).
@@ -1332,5 +1405,5 @@ class DeltaRsSink:
                 store.delete_dir("_delta_log")
                 store.delete_dir("")
         except (DeltaError, OSError) as exc:
-            raise SinkError(f"cannot drop Delta table {path}: {exc}") from exc
+            raise storage_error(f"cannot drop Delta table {path}", exc) from exc
         return existed

@@ -37,9 +37,9 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from ticdc_delta.errors import ConcurrentJobError, SinkError
+from ticdc_delta.errors import ConcurrentJobError, SinkError, StorageUnavailableError
 
-from .sink import Txn, already_applied, commit_properties, read_table, run_commit
+from .sink import Txn, already_applied, commit_properties, read_table, run_commit, storage_error
 
 __all__ = ["PipelineState", "StateStore", "STATE_SCHEMA", "STATE_FORMAT", "STATE_TABLE_PROPERTIES",
            "RESET_BATCH_ID", "epoch_app_id"]
@@ -150,27 +150,37 @@ class StateStore:
         self._tuned = False  # the table has STATE_TABLE_PROPERTIES (made with them, or _tune)
 
     def _load_table(self) -> DeltaTable | None:
+        """The state table's latest snapshot, or ``None`` when there is none.
+
+        Raises:
+            StorageUnavailableError: the storage could not be reached (retryable).
+            SinkError: the table's log cannot be read (a damaged or foreign log, no access).
+        """
         try:
             return DeltaTable(self.path, storage_options=self._storage_options)
         except TableNotFoundError:
             return None
+        except (DeltaError, OSError) as exc:
+            raise storage_error(f"cannot read the job state table at {self.path}", exc) from exc
 
     def committed_batch_id(self) -> int | None:
         """The batch id of the last committed save, or ``None`` before the first.
 
         Raises:
+            StorageUnavailableError: the storage could not be reached (retryable).
             SinkError: the table cannot be read.
         """
+        dt = self._load_table()
         try:
-            dt = self._load_table()
             return None if dt is None else dt.transaction_version(self.app_id)
-        except DeltaError as exc:
-            raise SinkError(f"cannot read state table {self.path}: {exc}") from exc
+        except (DeltaError, OSError) as exc:
+            raise storage_error(f"cannot read the job state table at {self.path}", exc) from exc
 
     def load(self) -> PipelineState | None:
         """The last committed state, or ``None`` when nothing was saved yet.
 
         Raises:
+            StorageUnavailableError: the storage could not be reached (retryable).
             SinkError: the table cannot be read, or does not hold one well-formed state.
         """
         dt = self._load_table()
@@ -222,6 +232,7 @@ class StateStore:
                 watermark key is not ``(str, int)`` or its value not an int; a held item is not bytes;
                 ``meta`` is not JSON-able.
             SinkError: the table cannot be written.
+            StorageUnavailableError: the storage could not be reached (retryable).
             ConcurrentCommitError: another writer kept winning the commit race.
         """
         if not isinstance(batch_id, int) or isinstance(batch_id, bool) or batch_id < 0:
@@ -266,6 +277,7 @@ class StateStore:
 
         Raises:
             SinkError: the table cannot be written.
+            StorageUnavailableError: the storage could not be reached (retryable).
         """
         table = self._to_table(state.batch_id, state)
 
@@ -329,14 +341,14 @@ class StateStore:
             if dt is None:
                 return []
             return dt.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False)
-        except (DeltaError, OSError) as exc:
+        except (DeltaError, OSError, SinkError, StorageUnavailableError) as exc:
             log.warning("vacuum of state table %s failed (the state is committed): %s", self.path, exc)
             return []
         finally:
             # delta-rs records a vacuum as commits of its own (VACUUM START / END): expect them
             try:
                 self._remember_version()
-            except (DeltaError, OSError):
+            except (DeltaError, OSError, SinkError, StorageUnavailableError):
                 self._seen_version = None  # unknown: the next save skips the check once
 
     @staticmethod
