@@ -137,12 +137,20 @@ def test_topics_list_and_bootstrap_list() -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(None, "ticdc-delta-demo"), (True, "ticdc-delta-demo"), (False, None), ("analytics", "analytics")],
+    [(None, "ticdc-delta-demo"), (True, "ticdc-delta-demo"), (False, None), ("analytics", "analytics"),
+     # boolean words from an environment default (`${GROUP:-false}`) are booleans, not group names
+     ("false", None), ("off", None), (" No ", None), ("0", None), ("true", "ticdc-delta-demo"),
+     ("on", "ticdc-delta-demo")],
 )
 def test_consumer_group_id(value: Any, expected: str | None) -> None:
     data = _cfg()
     data["source"]["consumer_group"] = value
     assert config_from_mapping(data, env={}).consumer_group_id == expected
+
+
+def test_consumer_group_from_an_environment_default_false_commits_nothing() -> None:
+    cfg = config_from_mapping(_cfg(**{"source.consumer_group": "${GROUP:-false}"}), env={})
+    assert cfg.source.consumer_group is False and cfg.consumer_group_id is None
 
 
 def test_starting_offsets_mapping() -> None:
@@ -819,9 +827,56 @@ def test_missing_secret_variable_message_names_only_the_variable() -> None:
         config_from_mapping(_secret_config(), env=env)
 
 
+def test_redacted_hides_credentials_in_url_values() -> None:
+    """A URL-valued setting (``claim-check-storage-uri``, a storage option) keeps its user info and its
+    secret query parameters out of ``redacted()`` and every ``repr``; so does ``upstream`` in ``repr``."""
+    data = _cfg(**{
+        "source.options": {"enable-tidb-extension": "true", "large-message-handle-option": "claim-check",
+                           "claim-check-storage-uri": "s3://AKIAEXAMPLE:cc-s3cr3t@bucket/cc?endpoint_override=minio:9000"},
+        "source.upstream": "mysql://cdc:upstream-s3cr3t@tidb:4000/",
+        "sink.storage_options": {"proxy_url": "https://proxy:8443/?region=eu&secret_key=proxy-s3cr3t"},
+    })
+    cfg = config_from_mapping(data, env={})
+    red = cfg.redacted()
+    assert red["source"]["options"]["claim-check-storage-uri"] == "s3://***@bucket/cc?endpoint_override=minio:9000"
+    assert red["sink"]["storage_options"]["proxy_url"] == "https://proxy:8443/?region=eu&secret_key=***"
+    assert red["source"]["options"]["enable-tidb-extension"] == "true"
+    for text in (repr(cfg), repr(cfg.source), repr(cfg.sink)):
+        _assert_no_secret(text)
+        assert "AKIAEXAMPLE" not in text
+    assert "upstream='mysql://***@tidb:4000/'" in repr(cfg.source)
+
+
+@pytest.mark.parametrize(
+    ("uri", "match"),
+    [
+        ("sss3://bucket/cc", r"unknown storage scheme 'sss3://'"),
+        ("s3://AKIAEXAMPLE:uri-s3cr3t@bucket/cc?region=us-east-1&endpiont_override=minio:9000",
+         r"s3://bucket/cc: unknown query parameter 'endpiont_override' for s3://"),
+    ],
+)
+def test_claim_check_storage_uri_is_checked_when_loaded(uri: str, match: str) -> None:
+    """A URI pyarrow cannot open is refused before Spark starts (it failed every batch on the executors,
+    as a retryable error), checked offline: pyarrow's ``from_uri`` would ask S3 for the bucket's region."""
+    data = _cfg(**{"source.options": {"enable-tidb-extension": "true", "large-message-handle-option": "claim-check",
+                                      "claim-check-storage-uri": uri}})
+    with pytest.raises(ConfigError, match=r'source\.options\["claim-check-storage-uri"\]: ' + match) as exc:
+        config_from_mapping(data, env={})
+    _assert_no_secret(str(exc.value))
+    assert "AKIAEXAMPLE" not in str(exc.value)
+
+
 @pytest.mark.parametrize(
     ("key", "secret"),
     [
+        ("sasl.oauthbearer.config", True),
+        ("sasl.oauthbearer.client.secret", True),
+        ("ssl.keystore.key", True),
+        ("sasl.oauthbearer.assertion.private.key.passphrase", True),
+        ("fs.azure.account.key.acct.dfs.core.windows.net", True),
+        ("azure_storage_account_key", True),
+        ("aws_access_key_id", True),
+        ("ssl.key.location", False),
         ("sasl.password", True),
         ("SASL.JAAS.CONFIG", True),
         ("ssl.key.pem", True),

@@ -11,8 +11,10 @@ in one :class:`~ticdc_delta.errors.ConfigError` whose lines name the YAML path o
 Unknown keys are rejected at every depth (every model is ``extra="forbid"``); the free-form mappings
 (``source.options``, ``source.kafka``, ``sink.storage_options``, ``spark.conf``) take any key but only
 scalar values. Error messages name keys (in the path) but never quote a value, so a secret cannot leak
-through them; secrets — any key naming a password, secret, token, key, credential, ``sasl.jaas`` or
-``basic.auth`` — are replaced with ``"***"`` by :meth:`JobConfig.redacted` and in the models' ``repr``.
+through them; secrets — any key naming a password, passphrase, secret, token, key, credential, private key,
+``jaas``, ``basic.auth`` or ``oauthbearer.config`` (:func:`is_secret_key`) — are replaced with ``"***"`` by
+:meth:`JobConfig.redacted` and in the models' ``repr``, and so are the user info and secret-looking query
+parameters of URL values (``s3://KEY:SECRET@bucket/...``, ``?secret_key=...``).
 The full reference is ``docs/configuration.md``.
 
 No pyspark import here: the CLI validates a config before any JVM starts.
@@ -27,7 +29,7 @@ import types
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Iterator, Literal, Mapping, Sequence, Union, get_args, get_origin
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -74,9 +76,15 @@ DDLPolicy = Literal["evolve", "ignore", "fail"]
 REDACTED = "***"
 DEFAULT_DEAD_LETTER_DIR = "_ticdc_dead_letter"
 
-# Substrings (lower case) that mark a setting's key as secret: sasl.password, ssl.key.password,
-# ssl.key.pem, sasl.jaas.config, basic.auth.user.info, bearer.auth.token, AWS_SECRET_ACCESS_KEY, ...
-_SECRET_MARKERS = ("password", "secret", "token", "sasl.jaas", "basic.auth", "key", "credential")
+# What marks a setting's key as secret, for the config and the Kafka source alike: librdkafka's
+# sasl.password, ssl.key.pem, sasl.oauthbearer.config; the Java client's sasl.jaas.config, ssl.keystore.key;
+# the registry's basic.auth.user.info, bearer.auth.token; the object stores' AWS_SECRET_ACCESS_KEY,
+# aws_access_key_id, azure_storage_account_key, fs.azure.account.key.<account>... A "key" word counts except
+# in "....key.location" (librdkafka's ssl.key.location is the key file's path, not the key).
+_SECRET_KEY_RE = re.compile(
+    r"(?i)password|passphrase|secret|token|jaas|basic\.auth|credential|private|oauthbearer\.config"
+    r"|(?<![a-z])key(?![a-z])(?!\.location$)"
+)
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _SETTING_KEY_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -100,9 +108,9 @@ _BOOL_STRINGS = {
 
 
 def is_secret_key(key: object) -> bool:
-    """Whether a setting's key names a secret (its value must never be shown)."""
-    lowered = str(key).lower()
-    return any(marker in lowered for marker in _SECRET_MARKERS)
+    """Whether a setting's key names a secret (its value must never be shown). The one rule for every
+    setting: the config's redaction and :func:`ticdc_delta.spark.kafka_source.redact` both use it."""
+    return _SECRET_KEY_RE.search(str(key)) is not None
 
 
 class _PathError(ValueError):
@@ -197,7 +205,9 @@ def _check_table_properties(value: Mapping[str, str]) -> None:
 
 
 def _redact_url(url: str) -> str:
-    """``url`` with any ``user:password@`` replaced by ``***@`` (each of a comma-separated list)."""
+    """``url`` with any ``user:password@`` replaced by ``***@`` and the value of every secret query parameter
+    (:func:`is_secret_key`: ``secret_key=``, ``access_key=``, ``token=``) by ``***`` (each of a
+    comma-separated list)."""
     out = []
     for part in url.split(","):
         try:
@@ -207,12 +217,32 @@ def _redact_url(url: str) -> str:
             continue
         if "@" in split.netloc:
             split = split._replace(netloc=f"{REDACTED}@{split.netloc.rpartition('@')[2]}")
+        if split.query:
+            split = split._replace(query="&".join(_redact_query_item(item) for item in split.query.split("&")))
         out.append(urlunsplit(split))
     return ",".join(out)
 
 
+def _redact_query_item(item: str) -> str:
+    name, sep, _value = item.partition("=")
+    return f"{name}={REDACTED}" if sep and is_secret_key(unquote(name)) else item
+
+
+def _redact_setting(key: Any, value: Any) -> Any:
+    """A free-form setting's value as it may be shown: ``***`` for a secret key, a URL value (e.g.
+    ``claim-check-storage-uri``) without its credentials (:func:`_redact_url`), any other value as it is."""
+    if value is None:
+        return None
+    if is_secret_key(key):
+        return REDACTED
+    if isinstance(value, str) and "://" in value:
+        redacted = _redact_url(value)
+        return redacted if REDACTED in redacted else value
+    return value
+
+
 def _redact_mapping(values: Mapping[Any, Any]) -> dict[Any, Any]:
-    return {k: (REDACTED if is_secret_key(k) and v is not None else v) for k, v in values.items()}
+    return {k: _redact_setting(k, v) for k, v in values.items()}
 
 
 class _Model(BaseModel):
@@ -222,11 +252,15 @@ class _Model(BaseModel):
 
     # Free-form settings whose secret keys are redacted in repr (the values themselves are plain str).
     _SETTING_FIELDS: ClassVar[frozenset[str]] = frozenset()
+    # URL fields shown without their credentials in repr (:func:`_redact_url`).
+    _URL_FIELDS: ClassVar[frozenset[str]] = frozenset()
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         for name, value in super().__repr_args__():
             if name in self._SETTING_FIELDS and isinstance(value, Mapping):
                 value = _redact_mapping(value)
+            elif name in self._URL_FIELDS and isinstance(value, str):
+                value = _redact_url(value)
             yield name, value
 
 
@@ -270,6 +304,8 @@ class SchemaRegistryConfig(_Model):
     bearer_auth_issuer_endpoint_query: str | None = Field(
         default=None, alias="bearer.auth.issuer.endpoint.query"
     )
+
+    _URL_FIELDS = frozenset({"url"})
 
     @field_validator("url")
     @classmethod
@@ -327,9 +363,7 @@ class SchemaRegistryConfig(_Model):
         for name, value in super().__repr_args__():
             field = type(self).model_fields.get(name or "")
             alias = (field.alias if field else None) or name
-            if name == "url" and isinstance(value, str):
-                value = _redact_url(value)
-            elif value is not None and is_secret_key(alias):
+            if value is not None and is_secret_key(alias):
                 value = REDACTED
             yield name, value
 
@@ -367,6 +401,8 @@ def _starting_offsets(value: Any) -> Any:
 
 
 def _consumer_group(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() in _BOOL_STRINGS:
+        value = _BOOL_STRINGS[value.strip().lower()]  # e.g. "${GROUP:-false}": no group named "false"
     if value is None or value is True:
         return None  # the default group
     if value is False:
@@ -415,6 +451,7 @@ class SourceConfig(_Model):
     upstream: str | None = None
 
     _SETTING_FIELDS = frozenset({"options", "kafka"})
+    _URL_FIELDS = frozenset({"upstream"})
 
     @field_validator("bootstrap_servers", mode="before")
     @classmethod
@@ -537,12 +574,18 @@ class SourceConfig(_Model):
                              f"not {self.protocol}")
         from .codec import decoder_for
         from .codec.base import parse_bool_option
+        from .codec.claim_check import STORAGE_OPTION, check_storage_uri
 
         if self.protocol == "avro" and parse_bool_option(dict(self.options), "avro-enable-watermark"):
             raise _PathError(("options", "avro-enable-watermark"),
                              "not supported: TiCDC's watermark and DDL messages of this mode are no Avro (TiCDC keeps "
                              "it for its own tests); create the changefeed without it, or use enable-tidb-extension "
                              "with canal-json for watermarks")
+        if STORAGE_OPTION in self.options:
+            try:  # offline: pyarrow's from_uri would already go to the network (an s3:// bucket's region)
+                check_storage_uri(self.options[STORAGE_OPTION].strip())
+            except ValueError as exc:
+                raise _PathError(("options", STORAGE_OPTION), str(exc)) from None
         if "partition-num" in self.options:
             raw = str(self.options["partition-num"]).strip()
             if not raw.isdigit() or int(raw) < 1:
@@ -1042,7 +1085,8 @@ class JobConfig(_Model):
     def redacted(self) -> dict[str, Any]:
         """The configuration as a plain dict (YAML key names) with every secret replaced by ``"***"``:
         secret keys of ``source.kafka``, ``source.options``, ``source.schema_registry``,
-        ``sink.storage_options`` and ``spark.conf``, and credentials inside the registry URL. Safe to log."""
+        ``sink.storage_options`` and ``spark.conf``, and credentials inside URLs (the registry's,
+        ``upstream``, URL values of those mappings such as ``claim-check-storage-uri``). Safe to log."""
         data = self.model_dump(mode="json", by_alias=True)
         source = data["source"]
         source["kafka"] = _redact_mapping(source["kafka"])

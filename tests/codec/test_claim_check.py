@@ -14,7 +14,13 @@ from hypothesis import given, settings, strategies as st
 from ticdc_delta.codec import decoder_for, encoder_for
 from ticdc_delta.codec.claim_check import ClaimCheckStorage, pack_claim_check_message
 from ticdc_delta.codec.model import DecodeContext, FailedEntry, RowChange
-from ticdc_delta.errors import ClaimCheckError, ClaimCheckUnavailableError, DecodeError, HandleKeyOnlyError
+from ticdc_delta.errors import (
+    ClaimCheckError,
+    ClaimCheckUnavailableError,
+    ConfigError,
+    DecodeError,
+    HandleKeyOnlyError,
+)
 
 from . import cases
 
@@ -193,3 +199,91 @@ def test_a_location_no_object_can_have_is_a_claim_check_error_not_a_storage_outa
     storage = ClaimCheckStorage(str(tmp_path), attempts=3, backoff=0.5, sleep=lambda _s: None)
     with pytest.raises(ClaimCheckError, match="claim-check location"):
         storage.read(f"s3://elsewhere/{name}", "open-protocol")
+
+
+# -- the storage URI: checked up front, never shown with its credentials ---------------------------------
+
+CREDENTIALED_URI = "s3://AKIAEXAMPLE:S3CR3T-CC@bucket/cc?endpoint_override=minio:9000&scheme=http"
+
+
+class _FailingFileSystem:
+    """A filesystem whose reads fail with pyarrow's kind of message: one that quotes the whole URI."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def open_input_stream(self, path: str) -> object:
+        raise self.error
+
+
+def _assert_no_credentials(text: str) -> None:
+    assert "AKIAEXAMPLE" not in text and "S3CR3T-CC" not in text
+
+
+def test_a_missing_object_names_the_storage_without_its_credentials(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The message becomes a dead-letter row's ``error``: it must not carry the storage's access key."""
+    from pyarrow import fs as pafs
+
+    storage = ClaimCheckStorage(CREDENTIALED_URI)
+    monkeypatch.setattr(storage, "_filesystem", lambda: (pafs.LocalFileSystem(), str(tmp_path)))
+    with pytest.raises(ClaimCheckError, match=r"is not in s3://bucket/cc$") as exc:
+        storage.read("shop-orders-1-x.json", "canal-json")
+    _assert_no_credentials(str(exc.value))
+
+
+def test_an_unavailable_storage_names_it_without_its_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither the URI the job holds nor pyarrow's own text of it reaches the error (logs, ``error:`` line)."""
+    storage = ClaimCheckStorage(CREDENTIALED_URI, attempts=2, backoff=0.0, sleep=lambda _s: None)
+    failing = _FailingFileSystem(OSError(f"cannot reach {CREDENTIALED_URI} as user AKIAEXAMPLE"))
+    monkeypatch.setattr(storage, "_filesystem", lambda: (failing, "bucket/cc"))
+    with pytest.raises(ClaimCheckUnavailableError, match=r"claim-check storage s3://bucket/cc failed 2 times") as exc:
+        storage.read("x.json", "canal-json")
+    assert "cannot reach s3://bucket/cc as user ***" in str(exc.value)
+    _assert_no_credentials(str(exc.value))
+
+
+def test_a_uri_pyarrow_refuses_is_terminal_not_retried() -> None:
+    """``ArrowInvalid`` (a ``ValueError``) from opening the URI is a bad setting, not an outage: retried as
+    ``ClaimCheckUnavailableError`` the job exited 75 forever. (Offline: pyarrow refuses it while parsing.)"""
+    pauses: list[float] = []
+    storage = ClaimCheckStorage(
+        "s3://AKIAEXAMPLE:S3CR3T-CC@bucket/cc?endpoint_override=127.0.0.1:1&allow_bucket_creation=maybe",
+        sleep=pauses.append)
+    with pytest.raises(ConfigError, match=r"claim-check-storage-uri: pyarrow cannot open s3://bucket/cc: .*boolean") \
+            as exc:
+        storage.read("x.json", "canal-json")
+    assert pauses == [] and not exc.value.retryable
+    _assert_no_credentials(str(exc.value))
+
+
+@pytest.mark.parametrize(
+    ("uri", "match"),
+    [
+        ("sss3://bucket/cc", r"unknown storage scheme 'sss3://'"),
+        ("S3://bucket/cc", r"unknown storage scheme 'S3://'"),
+        ("s3://AKIAEXAMPLE:S3CR3T-CC@bucket/cc?region=us-east-1&endpiont_override=minio:9000",
+         r"s3://bucket/cc: unknown query parameter 'endpiont_override' for s3://"),
+        ("s3://bucket/cc?access_key=AKIAEXAMPLE&secret_key=S3CR3T-CC", r"unknown query parameter 'access_key'"),
+        ("gs://bucket/cc?region=us", r"unknown query parameter 'region' for gs://"),
+    ],
+)
+def test_a_storage_uri_pyarrow_cannot_open_is_refused_up_front(uri: str, match: str) -> None:
+    with pytest.raises(ValueError, match="option claim-check-storage-uri: .*" + match) as exc:
+        ClaimCheckStorage(uri)
+    _assert_no_credentials(str(exc.value))
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "/var/claim-check",
+        "file:///var/claim-check",
+        "s3://bucket/cc?region=us-east-1&endpoint_override=minio:9000&scheme=http&allow_bucket_creation=true",
+        "gs://bucket/cc?endpoint_override=gcs:4443&scheme=http",
+        "abfs://container@account.dfs.core.windows.net/cc?sv=2024-01-01&sig=abc",
+        "hdfs://namenode:8020/cc?replication=2",
+    ],
+)
+def test_storage_uris_pyarrow_takes_are_accepted(uri: str) -> None:
+    assert ClaimCheckStorage(uri).uri == uri

@@ -63,6 +63,19 @@ def test_redact_masks_secret_keys(key: str) -> None:
     assert conf[key] == SECRET  # the input is not modified
 
 
+@pytest.mark.parametrize(
+    "key",
+    ["sasl.oauthbearer.config", "sasl.jaas.config", "sasl.password", "ssl.key.pem", "ssl.keystore.key",
+     "basic.auth.user.info", "kafka.sasl.oauthbearer.client.secret", "ssl.key.location", "sasl.username",
+     "security.protocol", "ssl.ca.location"],
+)
+def test_redact_and_the_config_agree_on_what_is_secret(key: str) -> None:
+    """One rule: a setting the config shows in ``repr(cfg)`` is one the Kafka source shows in its logs."""
+    from ticdc_delta.config import is_secret_key
+
+    assert (redact({key: SECRET})[key] == REDACTED) is is_secret_key(key)
+
+
 def test_java_only_settings_stay_away_from_librdkafka() -> None:
     from ticdc_delta.config import librdkafka_settings
 

@@ -18,7 +18,10 @@ job already uses: local paths, ``file://``, ``s3://`` — credentials from the u
 variables, an S3-compatible endpoint with ``?endpoint_override=host:port&scheme=http`` —, ``gs://``,
 ``hdfs://``, ``abfs://``), with bounded retries. A missing object is a :class:`~ticdc_delta.errors.ClaimCheckError`
 (decode error: the message goes to the dead-letter table); storage that stays unreachable after the
-retries is a :class:`~ticdc_delta.errors.ClaimCheckUnavailableError` (transient: the batch is retried).
+retries is a :class:`~ticdc_delta.errors.ClaimCheckUnavailableError` (transient: the batch is retried); a URI
+pyarrow cannot open at all is a :class:`~ticdc_delta.errors.ConfigError` (terminal: no retry fixes it).
+Messages show the URI without its user info and query (:func:`display_storage_uri`), which may hold
+credentials.
 """
 
 from __future__ import annotations
@@ -29,17 +32,20 @@ import hashlib
 import posixpath
 import time
 from typing import Any, Callable, Mapping
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import orjson
 
-from ..errors import ClaimCheckError, ClaimCheckUnavailableError, preview
+from ..config import is_secret_key
+from ..errors import ClaimCheckError, ClaimCheckUnavailableError, ConfigError, preview
 from .backoff import retry_with_backoff
 
 __all__ = [
     "STORAGE_OPTION",
     "RAW_VALUE_OPTION",
     "ClaimCheckStorage",
+    "check_storage_uri",
+    "display_storage_uri",
     "LargeMessagePolicy",
     "large_message_policy",
     "claim_check_file_name",
@@ -58,6 +64,54 @@ ATTEMPTS = 4
 """Reads of one object before a storage failure counts as unavailable (missing objects are not retried)."""
 BACKOFF_SECONDS = 0.2
 """First pause between attempts; doubled after each."""
+
+#: The URI schemes pyarrow's ``FileSystem.from_uri`` opens (case-sensitive, as there).
+STORAGE_SCHEMES = ("file", "local", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+#: The query parameters ``from_uri`` takes for a scheme (Arrow's ``S3Options::FromUri`` and
+#: ``GcsOptions::FromUri``; any other is refused there). Checked offline because ``from_uri`` itself goes to
+#: the network (an ``s3://`` URI without ``region`` asks the bucket's region); the other schemes' parameters
+#: (Azure's SAS token, HDFS's free-form settings) are left to ``from_uri`` when the storage is opened.
+_QUERY_PARAMETERS = {
+    "s3": frozenset({"region", "scheme", "endpoint_override", "allow_delayed_open", "allow_bucket_creation",
+                     "allow_bucket_deletion", "tls_ca_file_path", "tls_ca_dir_path", "tls_verify_certificates",
+                     "smart_defaults"}),
+    "gs": frozenset({"location", "scheme", "endpoint_override", "retry_limit_seconds"}),
+}
+_QUERY_PARAMETERS["gcs"] = _QUERY_PARAMETERS["gs"]
+
+
+def check_storage_uri(uri: str) -> None:
+    """Check a ``claim-check-storage-uri`` without opening it (no network): a local path, or a URI with a
+    scheme pyarrow knows and, for ``s3://`` and ``gs://``, only query parameters pyarrow takes.
+
+    Raises:
+        ValueError: not so; the message shows the URI only as :func:`display_storage_uri` does.
+    """
+    if "://" not in uri:
+        return
+    scheme = uri.partition("://")[0]
+    if scheme not in STORAGE_SCHEMES:
+        raise ValueError(f"unknown storage scheme {scheme + '://'!r} (expected a path or one of "
+                         f"{', '.join(s + '://' for s in STORAGE_SCHEMES)})")
+    try:
+        query = urlsplit(uri).query
+    except ValueError:
+        raise ValueError(f"{scheme}:// URI that does not parse (an unbalanced '[' or ']'?)") from None
+    allowed = _QUERY_PARAMETERS.get(scheme)
+    if allowed is None:
+        return
+    for name, _value in parse_qsl(query, keep_blank_values=True):
+        if name not in allowed:
+            raise ValueError(f"{display_storage_uri(uri)}: unknown query parameter {name!r} for {scheme}:// "
+                             f"(expected one of: {', '.join(sorted(allowed))})")
+
+
+def display_storage_uri(uri: str) -> str:
+    """``uri`` as messages show it: without user info and query (credentials may be in them)."""
+    try:
+        return _location_base(uri)
+    except ValueError:
+        return uri.partition("://")[0] + "://…"
 
 
 def claim_check_file_name(location: str, protocol: str) -> str:
@@ -115,13 +169,17 @@ class ClaimCheckStorage:
     Picklable (Spark ships decoders to executors); the filesystem is opened lazily on first use.
 
     Raises:
-        ValueError: ``uri`` is empty.
+        ValueError: ``uri`` is empty, or not a storage URI (:func:`check_storage_uri`).
     """
 
     def __init__(self, uri: str, *, attempts: int = ATTEMPTS, backoff: float = BACKOFF_SECONDS,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         if not isinstance(uri, str) or not uri.strip():
             raise ValueError(f"option {STORAGE_OPTION} must be a storage URI, got {uri!r}")
+        try:
+            check_storage_uri(uri.strip())
+        except ValueError as exc:
+            raise ValueError(f"option {STORAGE_OPTION}: {exc}") from None
         self.uri = uri.strip()
         self.attempts = max(1, int(attempts))
         self.backoff = float(backoff)
@@ -176,22 +234,29 @@ class ClaimCheckStorage:
         Raises:
             ClaimCheckError: the object does not exist (or the location names no file).
             ClaimCheckUnavailableError: the storage failed on every one of the bounded attempts.
+            ConfigError: pyarrow cannot open the URI at all (``ArrowInvalid``: a query parameter or value it
+                refuses); retrying cannot help.
         """
         name = claim_check_file_name(location, protocol)
+        where = display_storage_uri(self.uri)
 
         def read_once() -> bytes:
             try:
                 fs, root = self._filesystem()
+            except ValueError as exc:  # pyarrow's ArrowInvalid; a network failure is an OSError, retried
+                raise ConfigError(f"option {STORAGE_OPTION}: pyarrow cannot open {where}: "
+                                  f"{preview(self._scrub(str(exc)))}") from None
+            try:
                 with fs.open_input_stream(f"{root}/{name}" if root else name) as stream:
                     return bytes(stream.read())
             except (OSError, ValueError) as exc:  # pyarrow raises OSError for network and permission errors
                 if isinstance(exc, FileNotFoundError) or _is_not_found(exc):
                     raise ClaimCheckError(
-                        protocol, f"claim-check object {name!r} (location {preview(location)}) is not in {self.uri}"
+                        protocol, f"claim-check object {name!r} (location {preview(location)}) is not in {where}"
                     ) from None
                 if isinstance(exc, IsADirectoryError) or "is a directory" in str(exc).lower():
                     raise ClaimCheckError(
-                        protocol, f"claim-check location {preview(location)} names a directory of {self.uri}, not "
+                        protocol, f"claim-check location {preview(location)} names a directory of {where}, not "
                                   "an object"
                     ) from None
                 raise
@@ -201,9 +266,28 @@ class ClaimCheckStorage:
                                       retry_on=(OSError, ValueError), reset=self._reopen)
         except (OSError, ValueError) as exc:
             raise ClaimCheckUnavailableError(
-                f"{protocol}: claim-check storage {self.uri} failed {self.attempts} times reading {name!r}: "
-                f"{preview(str(exc))}"
+                f"{protocol}: claim-check storage {where} failed {self.attempts} times reading {name!r}: "
+                f"{preview(self._scrub(str(exc)))}"
             ) from None
+
+    def _scrub(self, text: str) -> str:
+        """``text`` (pyarrow's error message) without the credentials of the URI: the URI itself becomes its
+        display form; its user name, password and secret-looking query values (Azure's ``client_secret``, a
+        SAS token's ``sig``) are masked."""
+        if "://" not in self.uri:
+            return text
+        text = text.replace(self.uri, display_storage_uri(self.uri))
+        try:
+            parts = urlsplit(self.uri)
+        except ValueError:
+            return text
+        userinfo = parts.netloc.rpartition("@")[0]
+        secrets = {userinfo, *userinfo.split(":", 1),
+                   *(v for k, v in parse_qsl(parts.query) if k == "sig" or is_secret_key(k))}
+        for secret in sorted({s for s in secrets | {unquote(s) for s in secrets} if len(s) >= 3}, key=len,
+                             reverse=True):
+            text = text.replace(secret, "***")
+        return text
 
 
 def _location_base(uri: str) -> str:

@@ -40,9 +40,18 @@ log = logging.getLogger(__name__)
 _INTEGER_CODES = {TypeCode.TINYINT, TypeCode.SMALLINT, TypeCode.MEDIUMINT, TypeCode.INT, TypeCode.BIGINT}
 
 
+#: Connector/J's ``user:password@host``: everything from ``//`` to the last ``@`` before the properties (a
+#: password may hold a ``/``; of a host list only the last host stays visible), and any ``password…=``
+#: property (``password``, ``password1``..``password3`` of multi-factor authentication,
+#: ``trustCertificateKeyStorePassword``, ``clientCertificateKeyStorePassword``, ...).
+_USER_INFO = re.compile(r"(?<=//)[^?#]*@")
+_PASSWORD_PROPERTY = re.compile(r"(?i)(password\w*=)[^&;]*")
+
+
 def redact_dsn(dsn: str) -> str:
-    """The DSN with its password replaced (for messages and the state)."""
-    return re.sub(r"(?i)(password=)[^&;]*", r"\1***", dsn)
+    """The DSN with its passwords replaced (for messages and the state): the user info of
+    ``jdbc:mysql://user:password@host/`` becomes ``***@``, every ``password…=`` property's value ``***``."""
+    return _PASSWORD_PROPERTY.sub(r"\1***", _USER_INFO.sub("***@", dsn))
 
 
 def _lit(text: str) -> str:

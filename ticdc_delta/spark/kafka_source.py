@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from ticdc_delta.config import librdkafka_settings
+from ticdc_delta.config import is_secret_key, librdkafka_settings
 from ticdc_delta.errors import (
     BrokerUnavailableError,
     ClaimCheckUnavailableError,
@@ -84,28 +84,22 @@ TopicPartitionKey = tuple[str, int]
 
 # -- secrets -------------------------------------------------------------------------------------
 
-#: Config keys whose values are secret: librdkafka's (sasl.password, ssl.key.password, ssl.key.pem,
-#: sasl.oauthbearer.client.secret, sasl.oauthbearer.config, ...) and the Java client's (sasl.jaas.config,
-#: ssl.truststore.password, ...). Spark's own ``spark.redaction.regex`` default is the core of it.
-_SECRET_KEY = re.compile(
-    r"(?i)password|passphrase|secret|token|jaas|credential|private|key\.pem|keystore\.key|access[._]?key"
-    r"|oauthbearer\.config"
-)
 REDACTED = "*****"
 
 
 def redact(conf: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``conf`` with the value of every secret-looking key replaced by ``*****``.
+    """A copy of ``conf`` with the value of every secret-looking key (the config's own rule,
+    :func:`~ticdc_delta.config.is_secret_key`) replaced by ``*****``.
 
     Works on librdkafka settings, Java client settings and ``kafka.``-prefixed Spark options alike.
     """
-    return {key: (REDACTED if _SECRET_KEY.search(str(key)) else value) for key, value in conf.items()}
+    return {key: (REDACTED if is_secret_key(key) else value) for key, value in conf.items()}
 
 
 def _scrub(text: str, conf: Mapping[str, Any]) -> str:
     """``text`` with every secret value of ``conf`` masked (librdkafka may echo a bad value back)."""
     for key, value in conf.items():
-        if _SECRET_KEY.search(str(key)) and isinstance(value, str) and len(value) >= 3:
+        if is_secret_key(key) and isinstance(value, str) and len(value) >= 3:
             text = text.replace(value, REDACTED)
     return text
 
