@@ -512,6 +512,32 @@ ERROR_CASES = [
         {"source.kafka": {"sasl.username": "u", "sasl.jaas.config": "x"}},
         r"source\.kafka: give either sasl\.username/sasl\.password or sasl\.jaas\.config",
     ),
+    (
+        {"source.kafka": {"sasl.mechanism": "PLAIN", "sasl.jaas.config":
+                          "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"}},
+        r'source\.kafka\["sasl\.jaas\.config"\]: login module org\.apache\.kafka\.common\.security\.oauthbearer\.'
+        r"OAuthBearerLoginModule is not supported: .* PlainLoginModule or ScramLoginModule",
+    ),
+    (
+        {"source.kafka": {"sasl.mechanism": "SCRAM-SHA-256",
+                          "sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true;"}},
+        r'source\.kafka\["sasl\.jaas\.config"\]: login module com\.sun\.security\.auth\.module\.Krb5LoginModule is '
+        r"not supported",
+    ),
+    (
+        {"source.kafka": {"sasl.mechanism": "PLAIN",
+                          "sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                                              'password="p";'}},
+        r'source\.kafka\["sasl\.jaas\.config"\]: .*PlainLoginModule has no username; give sasl\.username/sasl\.password',
+    ),
+    (
+        {"source.kafka": {"sasl.mechanism": "PLAIN", "sasl.jaas.config": "x"}},
+        r'source\.kafka\["sasl\.jaas\.config"\]: expected one login module, .*give sasl\.username/sasl\.password instead',
+    ),
+    (
+        {"source.kafka": {"ssl.keystore.type": "JKS", "ssl.keystore.location": "/ks.jks"}},
+        r'source\.kafka\["ssl\.keystore\.type"\]: the job\'s librdkafka clients .* read only a PKCS12 keystore, not JKS',
+    ),
     ({"batch_timeout": 0}, r"batch_timeout: must be longer than 0 \(null turns the watchdog off\)"),
     ({"batch_timeout": "0 seconds"}, r"batch_timeout: must be longer than 0"),
     ({"batch_timeout": "a while"}, r"batch_timeout: expected an interval"),
@@ -688,7 +714,7 @@ def test_substitute_env_leaves_keys_and_non_strings_alone() -> None:
 
 SECRETS = {
     "KAFKA_PASSWORD": "kafka-s3cr3t-value",
-    "JAAS": "org.apache.kafka.common.security.plain.PlainLoginModule required password=jaas-s3cr3t;",
+    "JAAS": 'org.apache.kafka.common.security.plain.PlainLoginModule required username="svc" password=jaas-s3cr3t;',
     "SSL_KEY_PW": "sslkey-s3cr3t",
     "SR_AUTH": "sr-user:sr-s3cr3t",
     "SR_TOKEN": "bearer-s3cr3t",
@@ -783,6 +809,37 @@ def test_redacted_hides_a_jaas_config() -> None:
     cfg = config_from_mapping(data, env=SECRETS)
     assert cfg.redacted()["source"]["kafka"]["sasl.jaas.config"] == REDACTED
     _assert_no_secret(repr(cfg))
+
+
+def test_a_plain_or_scram_jaas_config_logs_the_librdkafka_clients_in() -> None:
+    """``sasl.jaas.config`` goes to Spark's source unchanged; the job's librdkafka clients (broker probe,
+    group mirror) get its username and password under their own names, so they log in as the source does."""
+    data = _secret_config()
+    kafka = data["source"]["kafka"]
+    del kafka["sasl.username"], kafka["sasl.password"]
+    kafka["sasl.mechanism"] = "SCRAM-SHA-512"
+    kafka["sasl.jaas.config"] = "${JAAS}"
+    conf = config_from_mapping(data, env=SECRETS).librdkafka_conf()
+    assert (conf["sasl.username"], conf["sasl.password"]) == ("svc", "jaas-s3cr3t")
+    assert "sasl.jaas.config" not in conf and conf["sasl.mechanism"] == "SCRAM-SHA-512"
+    # OAUTHBEARER (or GSSAPI): librdkafka has settings of its own; the JAAS login module is the Java client's
+    kafka["sasl.mechanism"] = "OAUTHBEARER"
+    kafka["sasl.oauthbearer.method"] = "oidc"
+    kafka["sasl.jaas.config"] = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+    conf = config_from_mapping(data, env=SECRETS).librdkafka_conf()
+    assert "sasl.username" not in conf and conf["sasl.oauthbearer.method"] == "oidc"
+
+
+def test_a_pkcs12_keystore_reaches_the_librdkafka_clients() -> None:
+    """The client certificate the docs ask for (``ssl.keystore.*``, the Java client's) is presented by the
+    broker probe too: librdkafka reads a PKCS#12 keystore under the same names (not the type)."""
+    kafka = {"security.protocol": "SSL", "ssl.keystore.location": "/etc/kafka/client.p12",
+             "ssl.keystore.password": "${SSL_KEY_PW}"}
+    for extra in ({}, {"ssl.keystore.type": "pkcs12"}):
+        cfg = config_from_mapping(_cfg(**{"source.kafka": {**kafka, **extra}}), env=SECRETS)
+        assert cfg.librdkafka_conf() == {"bootstrap.servers": cfg.source.bootstrap_servers, "security.protocol": "SSL",
+                                         "ssl.keystore.location": "/etc/kafka/client.p12",
+                                         "ssl.keystore.password": SECRETS["SSL_KEY_PW"]}
 
 
 def test_redacted_hides_credentials_in_the_registry_url() -> None:

@@ -417,16 +417,102 @@ def _consumer_group(value: Any) -> Any:
 _JAVA_CLIENT_ONLY = frozenset({"default.api.timeout.ms", "max.poll.records", "sasl.jaas.config",
                                "retry.backoff.max.ms", "reconnect.backoff.max.ms", "connections.max.idle.ms"})
 _JAVA_CLIENT_ONLY_PREFIXES = ("ssl.truststore.", "ssl.keystore.", "sasl.login.", "sasl.client.callback.")
+#: Java keystore settings librdkafka reads under the same names (a PKCS#12 file only: librdkafka's
+#: ``ssl.keystore.location`` / ``ssl.keystore.password``), so its clients present the Java client's certificate.
+_KEYSTORE_SHARED = ("ssl.keystore.location", "ssl.keystore.password")
+#: The JAAS login modules whose ``username``/``password`` options librdkafka takes as ``sasl.username`` /
+#: ``sasl.password`` (either serves PLAIN and SCRAM: the Java client reads the credentials off the login
+#: subject, whichever of the two modules put them there).
+_JAAS_PASSWORD_MODULES = frozenset({"org.apache.kafka.common.security.plain.PlainLoginModule",
+                                    "org.apache.kafka.common.security.scram.ScramLoginModule"})
+# Kafka's JaasConfig grammar: `<LoginModule class> <control flag> (<option>=<value>)* ;`, a value a word or a
+# quoted string (Java's StreamTokenizer: backslash escapes inside the quotes)
+_JAAS_MODULE_RE = re.compile(r"\s*([\w.$]+)\s+(?:required|requisite|sufficient|optional)\b")
+_JAAS_OPTION_RE = re.compile(r"\s*([\w.$-]+)\s*=\s*(?:\"((?:[^\"\\]|\\.)*)\"|'((?:[^'\\]|\\.)*)'|([\w.$-]+))")
+_JAAS_END_RE = re.compile(r"\s*;\s*")
+
+
+def _jaas_credentials(jaas: str) -> tuple[str, str]:
+    """The ``username`` and ``password`` of a ``sasl.jaas.config`` of the PLAIN or SCRAM login module.
+
+    Raises:
+        ValueError: not one such login module with both options (the message never quotes the value).
+    """
+    syntax = ('expected one login module, `<LoginModule class> required username="..." password="...";`; '
+              "give sasl.username/sasl.password instead")
+    head = _JAAS_MODULE_RE.match(jaas)
+    if head is None:
+        raise ValueError(syntax)
+    module = head.group(1)
+    if module not in _JAAS_PASSWORD_MODULES:
+        raise ValueError(
+            f"login module {module} is not supported: the job's librdkafka clients (broker probe, consumer-group "
+            "mirror) can only log in with the username and password of a PlainLoginModule or ScramLoginModule "
+            "(SASL PLAIN or SCRAM)"
+        )
+    options: dict[str, str] = {}
+    pos = head.end()
+    while (option := _JAAS_OPTION_RE.match(jaas, pos)) is not None:
+        name, double, single, word = option.groups()
+        quoted = double if double is not None else single
+        options[name] = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else word
+        pos = option.end()
+    if _JAAS_END_RE.fullmatch(jaas, pos) is None:
+        raise ValueError(syntax)
+    missing = [name for name in ("username", "password") if not options.get(name)]
+    if missing:
+        raise ValueError(f"{module} has no {' and no '.join(missing)}; give sasl.username/sasl.password instead")
+    return options["username"], options["password"]
+
+
+def _jaas_logs_in(conf: Mapping[str, str]) -> bool:
+    """Whether the job's librdkafka clients must take their SASL PLAIN/SCRAM credentials from ``sasl.jaas.config``
+    (given, and no ``sasl.username``/``sasl.password``). Another mechanism (OAUTHBEARER, GSSAPI) has librdkafka
+    settings of its own beside the Java client's JAAS, which is left to the Java client."""
+    mechanism = str(conf.get("sasl.mechanism", conf.get("sasl.mechanisms", ""))).strip().upper()
+    return ("sasl.jaas.config" in conf and "sasl.username" not in conf and "sasl.password" not in conf
+            and (mechanism == "PLAIN" or mechanism.startswith("SCRAM-")))
+
+
+def _check_java_client_credentials(conf: Mapping[str, str]) -> None:
+    """Refuse Java client settings the job's librdkafka clients could not follow, at the key.
+
+    Raises:
+        _PathError: a ``sasl.jaas.config`` without PLAIN/SCRAM credentials, a keystore that is not PKCS#12.
+    """
+    if _jaas_logs_in(conf):
+        try:
+            _jaas_credentials(conf["sasl.jaas.config"])
+        except ValueError as exc:
+            raise _PathError(("sasl.jaas.config",), str(exc)) from None
+    store_type = conf.get("ssl.keystore.type", "PKCS12").strip().upper()
+    if "ssl.keystore.location" in conf and store_type != "PKCS12":
+        raise _PathError(
+            ("ssl.keystore.type",),
+            f"the job's librdkafka clients (broker probe, consumer-group mirror) read only a PKCS12 keystore, "
+            f"not {store_type} (convert it: keytool -importkeystore -deststoretype PKCS12)",
+        )
 
 
 def librdkafka_settings(conf: Mapping[str, Any]) -> dict[str, str]:
-    """``conf`` without the settings only the Kafka Java client knows (``default.api.timeout.ms``,
-    ``sasl.jaas.config``, ``ssl.truststore.*``, ...): what librdkafka clients of the job are given."""
-    return {
-        str(k): str(v)
-        for k, v in conf.items()
-        if str(k) not in _JAVA_CLIENT_ONLY and not str(k).startswith(_JAVA_CLIENT_ONLY_PREFIXES)
+    """``conf`` as the job's librdkafka clients (broker probe, consumer-group mirror, metadata) are given it:
+    without the settings only the Kafka Java client knows (``default.api.timeout.ms``, ``ssl.truststore.*``,
+    ...), but with the credentials of Java client settings librdkafka has its own names for: a PKCS#12
+    keystore's ``ssl.keystore.location``/``ssl.keystore.password`` (the same client certificate), and the
+    ``username``/``password`` of a PLAIN/SCRAM ``sasl.jaas.config`` as ``sasl.username``/``sasl.password``
+    (another login module is left out: the configuration loader refuses it)."""
+    src = {str(k): str(v) for k, v in conf.items()}
+    out = {
+        k: v
+        for k, v in src.items()
+        if k not in _JAVA_CLIENT_ONLY and (k in _KEYSTORE_SHARED or not k.startswith(_JAVA_CLIENT_ONLY_PREFIXES))
     }
+    if _jaas_logs_in(src):
+        try:
+            out["sasl.username"], out["sasl.password"] = _jaas_credentials(src["sasl.jaas.config"])
+        except ValueError:
+            pass  # (refused with the reason at config load; librdkafka then says what it misses)
+    return out
 
 
 class SourceConfig(_Model):
@@ -528,6 +614,7 @@ class SourceConfig(_Model):
             java_client_conf(value)
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
+        _check_java_client_credentials(value)
         return value
 
     @field_validator("topic")

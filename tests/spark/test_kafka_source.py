@@ -86,6 +86,30 @@ def test_java_only_settings_stay_away_from_librdkafka() -> None:
     assert to_java_client_conf(conf) == conf
 
 
+def test_the_java_clients_credentials_reach_librdkafka() -> None:
+    """The probe and the group mirror log in as the Spark source does: a PKCS#12 keystore under the Java
+    names (librdkafka reads them too), the username/password of a PLAIN/SCRAM JAAS config."""
+    from ticdc_delta.config import librdkafka_settings
+
+    conf = {"ssl.keystore.type": "PKCS12", "ssl.keystore.location": "/c.p12", "ssl.keystore.password": SECRET,
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                                f'username="cdc" password="{SECRET}\\"x";'}
+    assert librdkafka_settings(conf) == {"ssl.keystore.location": "/c.p12", "ssl.keystore.password": SECRET,
+                                         "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "cdc",
+                                         "sasl.password": SECRET + '"x'}
+    plain = "org.apache.kafka.common.security.plain.PlainLoginModule required username='u' password=pw ;"
+    assert librdkafka_settings({"sasl.mechanism": "PLAIN", "sasl.jaas.config": plain}) == {
+        "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "pw"}
+    # librdkafka's own names win over the JAAS config's
+    assert librdkafka_settings({"sasl.jaas.config": plain, "sasl.username": "a", "sasl.password": "b"}) == {
+        "sasl.username": "a", "sasl.password": "b"}
+    # another mechanism (OAUTHBEARER, GSSAPI) has librdkafka settings of its own: the JAAS is the Java client's
+    oauth = {"sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+             "sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"}
+    assert librdkafka_settings(oauth) == {"sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc"}
+
+
 def test_mirror_repr_never_shows_secrets() -> None:
     mirror = ConsumerGroupMirror("h:1", "g", {"sasl.password": SECRET, "sasl.username": "alice"})
     assert SECRET not in repr(mirror) and REDACTED in repr(mirror) and "alice" in repr(mirror)
@@ -409,6 +433,120 @@ def test_a_failed_group_commit_leaves_no_client_behind_printing_to_stderr() -> N
     assert "error: the end" in lines, err
     after = lines[lines.index("error: the end") + 1:]
     assert not after, after
+
+
+# -- unit: TLS failures of the probe (a local TLS listener, no Kafka) --------------------------------
+
+
+def _certificate(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed EC certificate for 127.0.0.1 and its key, as PEM files."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file
+
+
+class _TlsListener:
+    """A TLS server on 127.0.0.1 that completes handshakes and hangs up (no Kafka behind it); it records the
+    subject of each client certificate it got, or the handshake's error."""
+
+    def __init__(self, cert: Path, key: Path, client_ca: Path | None = None) -> None:
+        import socket
+        import ssl
+
+        self._ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._ctx.load_cert_chain(cert, key)
+        if client_ca is not None:  # a broker with ssl.client.auth=required
+            self._ctx.verify_mode = ssl.CERT_REQUIRED
+            self._ctx.load_verify_locations(client_ca)
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        self.seen: list[str] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            try:
+                with self._ctx.wrap_socket(conn, server_side=True) as tls:
+                    self.seen.append(str((tls.getpeercert() or {}).get("subject")))
+            except OSError as exc:
+                self.seen.append(f"refused: {exc}")
+                conn.close()
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+@pytest.mark.parametrize("conf", [{"security.protocol": "SSL"},
+                                  {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+                                   "sasl.username": "u", "sasl.password": SECRET}])
+def test_probe_a_broker_certificate_that_fails_verification_is_terminal(
+        tmp_path: Path, conf: dict[str, str]) -> None:
+    """No CA trusts the listener's certificate: a retry cannot mend that, so it is a ConfigError (exit 1)
+    naming the cause, not a broker that is unavailable (exit 75, restarted for ever)."""
+    from ticdc_delta.spark.kafka_source import probe_brokers
+
+    listener = _TlsListener(*_certificate(tmp_path, "broker"))
+    try:
+        started = time.monotonic()
+        with pytest.raises(ConfigError, match=r"TLS handshake with Kafka at 127\.0\.0\.1:\d+ failed while probing: "
+                                              r".*certificate verify failed") as caught:
+            probe_brokers(f"127.0.0.1:{listener.port}", conf, timeout_s=5)
+        assert time.monotonic() - started < 4  # at the first failed step, not at the timeout
+        assert SECRET not in str(caught.value)
+    finally:
+        listener.close()
+
+
+def test_probe_presents_the_keystores_client_certificate(tmp_path: Path) -> None:
+    """A broker that requires a client certificate gets the one of ``ssl.keystore.*`` (the settings the
+    docs ask for, which the Java client uses) from the probe too; without one, the refusal is terminal."""
+    from cryptography.hazmat.primitives.serialization import BestAvailableEncryption, load_pem_private_key, pkcs12
+    from cryptography.x509 import load_pem_x509_certificate
+
+    from ticdc_delta.spark.kafka_source import probe_brokers
+
+    broker_cert, broker_key = _certificate(tmp_path, "broker")
+    client_cert, client_key = _certificate(tmp_path, "ticdc-delta-client")
+    keystore = tmp_path / "client.p12"
+    keystore.write_bytes(pkcs12.serialize_key_and_certificates(
+        b"client", load_pem_private_key(client_key.read_bytes(), None),  # type: ignore[arg-type]
+        load_pem_x509_certificate(client_cert.read_bytes()), None, BestAvailableEncryption(SECRET.encode())))
+    listener = _TlsListener(broker_cert, broker_key, client_ca=client_cert)
+    tls = {"security.protocol": "SSL", "ssl.ca.location": str(broker_cert)}
+    try:
+        with pytest.raises(BrokerUnavailableError):  # the handshake passes; no Kafka answers behind it
+            probe_brokers(f"127.0.0.1:{listener.port}", {**tls, "ssl.keystore.type": "PKCS12",
+                          "ssl.keystore.location": str(keystore), "ssl.keystore.password": SECRET}, timeout_s=1)
+        assert listener.seen and all("ticdc-delta-client" in s for s in listener.seen), listener.seen
+        with pytest.raises(ConfigError, match=r"TLS handshake .* failed while probing: .*certificate required"):
+            probe_brokers(f"127.0.0.1:{listener.port}", tls, timeout_s=5)
+    finally:
+        listener.close()
 
 
 # -- integration: real streaming queries -----------------------------------------------------------

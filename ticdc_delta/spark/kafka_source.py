@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -202,8 +203,23 @@ def _new_consumer(opts: _ClientOptions, **overrides: Any) -> Consumer:
         raise ConfigError(f"invalid Kafka client settings for {opts.bootstrap_servers}: {reason}") from None
 
 
+#: A TLS failure no retry mends: the broker's certificate fails verification (librdkafka's ``_SSL`` handshake
+#: errors; an OpenSSL ``certificate verify failed``), or the broker refuses the client's (a TLS alert such as
+#: ``certificate required``, ``bad certificate``, ``unknown ca``). librdkafka reports a disconnect during the
+#: handshake as ``SSL handshake failed: Disconnected`` with ``_TRANSPORT``: that one may pass, it stays retryable.
+_TLS_REFUSED = re.compile(
+    r"certificate verify failed|SSL handshake failed(?!: Disconnected)"
+    r"|SSL routines::[^\n]*(?:certificate|unknown ca|handshake failure)",
+    re.IGNORECASE,
+)
+
+
 def _kafka_failure(exc: BaseException, doing: str, opts: _ClientOptions) -> TicdcDeltaError:
-    """The typed error for a librdkafka failure while ``doing`` something; secrets scrubbed."""
+    """The typed error for a librdkafka failure while ``doing`` something; secrets scrubbed.
+
+    Terminal (:class:`ConfigError`): the broker refused the client (authentication, authorization) or the
+    TLS handshake failed on a certificate. Anything else is :class:`BrokerUnavailableError` (retryable).
+    """
     err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
     text = _scrub(str(err), opts.client_conf)
     if isinstance(err, KafkaError) and err.code() in (
@@ -215,7 +231,17 @@ def _kafka_failure(exc: BaseException, doing: str, opts: _ClientOptions) -> Ticd
         KafkaError._INVALID_ARG,
     ):
         return ConfigError(f"Kafka at {opts.bootstrap_servers} refused {doing}: {text}")
+    if (isinstance(err, KafkaError) and err.code() == KafkaError._SSL) or _TLS_REFUSED.search(text):
+        return ConfigError(
+            f"the TLS handshake with Kafka at {opts.bootstrap_servers} failed while {doing}: {text} — check "
+            "the broker certificate's CA (ssl.ca.location) and host name (ssl.endpoint.identification.algorithm), "
+            "and the client certificate (ssl.keystore.location) if the broker requires one"
+        )
     return BrokerUnavailableError(f"Kafka at {opts.bootstrap_servers} is unavailable while {doing}: {text}")
+
+
+#: How long one metadata request of :func:`probe_brokers` waits before the client's errors are looked at.
+_PROBE_STEP_S = 0.5
 
 
 def probe_brokers(
@@ -223,21 +249,41 @@ def probe_brokers(
 ) -> None:
     """Check that Kafka answers a metadata request.
 
+    The metadata request fails with a bare "transport failure" whatever the cause; the cause is in the
+    errors the client reports to ``error_cb``, which only ``poll`` serves. So the probe asks in steps of
+    :data:`_PROBE_STEP_S`, polls after each failed step, and stops at once on a terminal one (a refused
+    TLS handshake or login).
+
     Raises:
-        BrokerUnavailableError: no answer within ``timeout_s`` (the message names the servers only).
-        ConfigError: the broker refused the client (authentication).
+        BrokerUnavailableError: no answer within ``timeout_s`` (the message names the servers and the
+            client's last error).
+        ConfigError: the broker refused the client (authentication, a certificate that fails verification,
+            a missing or refused client certificate).
     """
     opts = _client_options(bootstrap_servers, librdkafka_settings(client_conf or {}))
-    last: list[str] = []
-    consumer = _new_consumer(opts, error_cb=lambda err: last.append(str(err)))
+    reported: list[KafkaError] = []
+    consumer = _new_consumer(opts, error_cb=reported.append)
+    deadline = time.monotonic() + timeout_s
+    looked_at = 0
     try:
-        consumer.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        error = _kafka_failure(exc, "probing", opts)
-        if last and isinstance(error, BrokerUnavailableError):
-            reason = _scrub(last[-1], opts.client_conf)
-            error = BrokerUnavailableError(f"{error} (last client error: {reason})")
-        raise error from None
+        while True:
+            try:
+                consumer.list_topics(timeout=max(min(_PROBE_STEP_S, deadline - time.monotonic()), 0.01))
+                return
+            except KafkaException as exc:
+                consumer.poll(0)  # serves error_cb
+                failures = [_kafka_failure(exc, "probing", opts)]
+                failures += [_kafka_failure(KafkaException(e), "probing", opts) for e in reported[looked_at:]]
+                looked_at = len(reported)
+                terminal = next((f for f in failures if isinstance(f, ConfigError)), None)
+                if terminal is not None:
+                    raise terminal from None
+                if time.monotonic() >= deadline:
+                    failure = failures[0]
+                    if reported:
+                        reason = _scrub(str(reported[-1]), opts.client_conf)
+                        failure = BrokerUnavailableError(f"{failure} (last client error: {reason})")
+                    raise failure from None
     finally:
         consumer.close()
 
