@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-__all__ = ["WatermarkTracker", "lowest", "live_topics", "seed_new_partitions"]
+__all__ = ["WatermarkTracker", "lowest", "live_topics", "resolved_topics", "seed_new_partitions"]
 
 
 class WatermarkTracker:
@@ -88,8 +88,9 @@ def seed_new_partitions(watermarks: Mapping[tuple[str, int], int], partitions: M
     out = dict(watermarks)
     if released_low is None or not partitions:
         return out
+    resolved = resolved_topics(watermarks)
     for topic, parts in partitions.items():
-        if any(t == topic for t, _ in watermarks):
+        if topic in resolved:
             for p in parts:
                 out.setdefault((topic, p), released_low)
     return out
@@ -100,7 +101,13 @@ def live_topics(partitions: Mapping[str, Iterable[int]], watermarks: Mapping[tup
     rows released: all but a topic that has no partitions (it does not exist yet: TiCDC creates a topic of a
     topic dispatcher when it first writes to it, so nothing of it can be missing) and no watermark (a topic
     once read and gone since still holds every row back: what it had may not have been read)."""
-    return sorted(t for t, parts in partitions.items() if parts or any(k == t for k, _ in watermarks))
+    resolved = resolved_topics(watermarks)
+    return sorted(t for t, parts in partitions.items() if parts or t in resolved)
+
+
+def resolved_topics(watermarks: Mapping[tuple[str, int], int]) -> set[str]:
+    """The topics of which a partition has sent a resolved ts (a watermark is never forgotten)."""
+    return {topic for topic, _ in watermarks}
 
 
 def lowest(watermarks: Iterable[int | None]) -> int | None:

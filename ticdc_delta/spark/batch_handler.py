@@ -32,7 +32,7 @@ from ..core.merge import KeyResolver, MissingKeyError
 from ..core.ts_guard import TsGuard, tso_physical_ms
 from ..core.snapshot_seam import seam_from_state
 from ..core.records import ChangeRecord, dump_record, gc_paused, load_record
-from ..core.resolved_ts import lowest
+from ..core.resolved_ts import lowest, resolved_topics
 from ..codec.base import parse_bool_option
 from ..codec.json_output import value_to_json
 from ..delta.value_check import Rejection, ValueScreen, describe_rejections, value_bytes
@@ -235,7 +235,7 @@ class BatchHandler:
         """The partitions of ``topic`` TiCDC writes to: the broker's, or the first ``partition-num`` of
         them when the sink URI set it (``source.options``; TiCDC then sends no row and no resolved ts to
         the others, which would otherwise hold every row for good)."""
-        resolved = self._state is not None and any(t == topic for t, _ in self._state.watermarks)
+        resolved = self._state is not None and topic in resolved_topics(self._state.watermarks)
         found = kafka_partitions(self.cfg, topic, empty_as_none=not resolved)
         limit = self.cfg.source.partition_num
         return found if limit is None else [p for p in found if p < limit]
@@ -750,47 +750,27 @@ def kafka_partitions(cfg: JobConfig, topic: str, *, empty_as_none: bool = False)
     Raises:
         BrokerUnavailableError: the broker did not answer, or the topic is not available (e.g. not authorized).
     """
-    from confluent_kafka import Consumer, KafkaError, KafkaException
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     consumer = Consumer({**cfg.librdkafka_conf(), "group.id": "ticdc-delta-metadata"})
+    asking = "a metadata request"
     try:
-        md = consumer.list_topics(topic, timeout=10)
+        t = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if t is not None and t.error is not None and t.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                                                         KafkaError._UNKNOWN_TOPIC):
+            return []
+        if t is None or t.error is not None:
+            raise BrokerUnavailableError(f"topic {topic!r} is not available: {getattr(t, 'error', 'missing')}")
+        partitions = sorted(t.partitions)
+        if empty_as_none:  # (the same client: one connection for both requests)
+            asking = "an offsets request"
+            offsets = (consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in partitions)
+            if not any(high > low for low, high in offsets):
+                return []
+        return partitions
     except KafkaException as exc:
         raise BrokerUnavailableError(
-            f"Kafka at {cfg.source.bootstrap_servers} did not answer a metadata request: {exc}"
-        ) from None
-    finally:
-        consumer.close()
-    t = md.topics.get(topic)
-    if t is not None and t.error is not None and t.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART,
-                                                                     KafkaError._UNKNOWN_TOPIC):
-        return []
-    if t is None or t.error is not None:
-        raise BrokerUnavailableError(f"topic {topic!r} is not available: {getattr(t, 'error', 'missing')}")
-    partitions = sorted(t.partitions)
-    if empty_as_none and partitions and not _holds_messages(cfg, topic, partitions):
-        return []
-    return partitions
-
-
-def _holds_messages(cfg: JobConfig, topic: str, partitions: list[int]) -> bool:
-    """Whether a partition of ``topic`` holds a message (its low and high watermark offsets differ).
-
-    Raises:
-        BrokerUnavailableError: the broker did not answer.
-    """
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-    consumer = Consumer({**cfg.librdkafka_conf(), "group.id": "ticdc-delta-metadata"})
-    try:
-        for p in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high > low:
-                return True
-        return False
-    except KafkaException as exc:
-        raise BrokerUnavailableError(
-            f"Kafka at {cfg.source.bootstrap_servers} did not answer an offsets request: {exc}"
+            f"Kafka at {cfg.source.bootstrap_servers} did not answer {asking}: {exc}"
         ) from None
     finally:
         consumer.close()
