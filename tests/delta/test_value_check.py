@@ -501,3 +501,37 @@ def test_images_converter_refuses_a_column_name_or_a_table_no_location_can_hold(
     assert arrays[0][0].as_py() == 1 and arrays[1][0].as_py() is None
     problem = ValueScreen(TableCatalog(), table_problem=lambda s, t: "no location")
     assert set(problem.images_converter("s", "t", columns[:1], [pa.int64()])([(1,), (2,)])[1]) == {0, 1}
+
+
+# --- a zero or invalid date in a key column -------------------------------------------------------
+
+ZERO_KEYS = [("zero DATE", int(T.DATE), "0000-00-00"), ("partly-zero DATE", int(T.DATE), "2020-00-15"),
+             ("ALLOW_INVALID_DATES DATE", int(T.DATE), "2024-02-30"),
+             ("zero DATETIME", int(T.DATETIME), "0000-00-00 00:00:00"),
+             ("zero TIMESTAMP", int(T.TIMESTAMP), "0000-00-00 00:00:00")]
+
+
+@pytest.mark.parametrize("what,type_code,value", ZERO_KEYS, ids=[z[0] for z in ZERO_KEYS])
+def test_a_key_column_date_the_table_would_hold_as_null_is_refused(what: str, type_code: int, value: str) -> None:
+    """Written as null, distinct upstream keys (0000-00-00, 2020-00-15) would be one key: the second
+    insert replaced the first, one delete removed both. Outside a key the value is still null."""
+    def keyed(offset: int, day: str, flags: int, op: str = "insert") -> ChangeRecord:
+        new = (("d", type_code, flags, day), ("n", int(T.VARCHAR), N, f"row {offset}"))
+        return ChangeRecord(100, "cdc", 0, offset, 0, "s", "t", op, new, None)
+
+    sc = screen_of()
+    good = keyed(1, "2024-01-01" + value[10:], KEY)
+    kept = sc.rows([keyed(0, value, KEY), good, keyed(2, value, int(F.UNIQUE_KEY)), keyed(3, value, KEY, "delete")])
+    assert kept == [good]  # a NOT NULL unique key's value too: it may be the key TiCDC hands the handle
+    assert [(r.offset, r.column, r.value) for r in sc.rejections] == [(0, "d", value), (2, "d", value), (3, "d", value)]
+    assert "key column" in sc.rejections[0].error and "null" in sc.rejections[0].error
+    # a nullable unique key is no merge key (flagged_key): its zero date is null, as in any other column
+    nullable = keyed(4, value, int(F.UNIQUE_KEY | F.NULLABLE))
+    assert screen_of().rows([nullable]) == [nullable]
+    # the columnar path's converter refuses the same images
+    columns = (("d", type_code, KEY), ("n", int(T.VARCHAR), N))
+    types = [arrow_type_for(type_code, KEY), pa.string()]
+    arrays, failed = screen_of().images_converter("s", "t", columns, types)(
+        [(value, "a"), ("2024-01-01" + value[10:], "b"), (value,)])
+    assert set(failed) == {0, 2} and "key column" in str(failed[0])
+    assert arrays[0][1].as_py() is not None

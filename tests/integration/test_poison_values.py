@@ -28,9 +28,10 @@ pytestmark = pytest.mark.integration
 TYPES = {"id": ("int", 4), "d": ("date", 91), "n": ("varchar", 12), "amt": ("decimal", 3)}
 
 
-def _row(table: str, op: str, data: dict[str, str | None], old: dict[str, str | None] | None = None) -> bytes:
+def _row(table: str, op: str, data: dict[str, str | None], old: dict[str, str | None] | None = None,
+         key: str = "id") -> bytes:
     return json.dumps({
-        "id": 0, "database": "shop", "table": table, "pkNames": ["id"], "isDdl": False, "type": op,
+        "id": 0, "database": "shop", "table": table, "pkNames": [key], "isDdl": False, "type": op,
         "es": 1700000000000, "ts": 1700000000001, "sql": "",
         "sqlType": {k: TYPES[k][1] for k in data}, "mysqlType": {k: TYPES[k][0] for k in data},
         "data": [data], "old": None if old is None else [old],
@@ -55,8 +56,13 @@ MESSAGES = [
     _ddl("u", "CREATE TABLE `u` (`id` INT PRIMARY KEY, `amt` DECIMAL(5,2))"),            # 5
     _row("u", "INSERT", {"id": "1", "amt": "1234.567"}),                                 # 6 beyond DECIMAL(5,2)
     _row("u", "INSERT", {"id": "2", "amt": "12.5"}),                                     # 7
+    # a zero date in a key column: as null, the two keys would merge into one row
+    _row("k", "INSERT", {"d": "0000-00-00", "n": "z1"}, key="d"),                        # 8
+    _row("k", "INSERT", {"d": "2020-00-15", "n": "z2"}, key="d"),                        # 9
+    _row("k", "INSERT", {"d": "2024-01-02", "n": "ok"}, key="d"),                        # 10
 ]
-BAD = {1: ("t", "d", b"2024-13-45"), 4: ("t", "d", b"2024-99-01"), 6: ("u", "amt", b"1234.567")}
+BAD = {1: ("t", "d", b"2024-13-45"), 4: ("t", "d", b"2024-99-01"), 6: ("u", "amt", b"1234.567"),
+       8: ("k", "d", b"0000-00-00"), 9: ("k", "d", b"2020-00-15")}
 TSO = 429918007904436226  # a commit ts of 2021
 
 
@@ -128,6 +134,8 @@ def test_bad_values_go_to_the_dead_letter_table_once_and_the_rest_applies(
         1: (date(2024, 1, 1), "a"), 3: (None, "c"), 4: (None, "d")}
     u = _rows(cfg.table_path("shop", "u"))
     assert {k: v["amt"] for k, v in u.items()} == {2: Decimal("12.50")}
+    k = read_table(cfg.table_path("shop", "k")).to_pylist()
+    assert [(r["d"], r["n"]) for r in k] == [(date(2024, 1, 2), "ok")]
 
     dead = read_table(cfg.dead_letter_path).to_pylist()
     assert [d["offset"] for d in dead if d["topic"] == "old"] == [9]
@@ -142,11 +150,11 @@ def test_bad_values_go_to_the_dead_letter_table_once_and_the_rest_applies(
         assert row["schema"] == "shop" and row["table"] == table and row["columns"][column] == value.decode()
 
     last = progress.lines[-1]
-    assert last["dead_letter_values"] == 3 and last["dead_letters"] >= 3
+    assert last["dead_letter_values"] == 5 and last["dead_letters"] >= 5
     from ticdc_delta.spark.batch_handler import BatchHandler
 
     saved = BatchHandler(cfg).store.load()
-    assert saved is not None and saved.meta["totals"]["dead_letter_values"] == 3
+    assert saved is not None and saved.meta["totals"]["dead_letter_values"] == 5
 
 
 def test_fail_on_error_stops_before_anything_is_committed_and_names_everything(
@@ -160,7 +168,7 @@ def test_fail_on_error_stops_before_anything_is_committed_and_names_everything(
         with pytest.raises(UnwritableValueError) as info:
             run_job(cfg, once=True, spark=spark)
         text = str(info.value)
-        assert "3 change(s)" in text
+        assert "5 change(s)" in text
         assert f"{topic}[0]@1 table 'shop'.'t' column 'd'" in text and "'2024-13-45'" in text
         assert f"{topic}[0]@6 table 'shop'.'u' column 'amt'" in text and "DECIMAL(5,2)" in text
     lake = tmp_path / "lake"

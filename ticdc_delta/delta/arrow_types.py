@@ -44,7 +44,9 @@ Choices worth knowing:
 * **Zero dates.** MySQL's zero and partly-zero dates (``0000-00-00``, ``2020-00-15``, year ``0000``) have
   no Delta value and are written as null; so are the dates ``ALLOW_INVALID_DATES`` lets TiDB store (month
   1..12 and day 1..31 that the month does not have, ``2024-02-30``), as MySQL's own date functions read
-  them. The same holds for the date part of DATETIME and TIMESTAMP. A date no MySQL mode stores
+  them. The same holds for the date part of DATETIME and TIMESTAMP. In a NOT NULL key column such a
+  value is refused instead (a null key would merge rows of different keys: see
+  :mod:`ticdc_delta.delta.value_check`). A date no MySQL mode stores
   (``2024-13-45``) is not written: it is bad input (see :mod:`ticdc_delta.delta.value_check`).
 * **TIME** is TiDB's text as it comes: beyond 24 hours, negative, with a fraction (``838:59:59``,
   ``-12:00:00.5``); no Delta type holds a duration of that range.

@@ -2,7 +2,9 @@
 
 A value TiDB cannot hold either (a DATE ``2024-13-45``, a DECIMAL with more digits than its
 ``(p, s)``, an integer beyond 64 bits, a BIT wider than 64 bits, text with a lone surrogate, a column
-name with NUL) reaches the job only from a corrupt or forged message. Without this check it would fail
+name with NUL) reaches the job only from a corrupt or forged message. So does a MySQL zero or invalid
+date (``0000-00-00``, ``2024-02-30``: written as null elsewhere) in a NOT NULL key column: as null it would
+identify no row, and rows of different keys would merge into one. Without this check it would fail
 the Delta conversion of its whole micro-batch, on every re-run, forever.
 
 :class:`ValueScreen` is the planner's record screen (:func:`~ticdc_delta.core.batch_planner.plan_batch`):
@@ -49,6 +51,9 @@ _DECIMAL = int(TypeCode.DECIMAL)
 _UNSIGNED = int(ColumnFlag.UNSIGNED)
 _INT_BITS = {int(TypeCode.TINYINT): 8, int(TypeCode.SMALLINT): 16, int(TypeCode.MEDIUMINT): 24, int(TypeCode.INT): 32}
 _LABELS = frozenset({int(TypeCode.ENUM), int(TypeCode.SET)})
+_DATES = frozenset({int(TypeCode.DATE), int(TypeCode.NEWDATE), int(TypeCode.DATETIME), int(TypeCode.TIMESTAMP)})
+_KEY = int(ColumnFlag.HANDLE_KEY | ColumnFlag.PRIMARY_KEY | ColumnFlag.UNIQUE_KEY)
+_NULLABLE = int(ColumnFlag.NULLABLE)
 _COLUMN = itemgetter(0, 1, 2)
 
 
@@ -138,6 +143,21 @@ def _as_decimal_text(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
         return convert(value)
 
     return register(check, (DECIMAL_TEXT,)) if convert is _to_text_decimal else check
+
+
+def _key_value(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A NOT NULL key column's check: a value the table would hold as null (a zero or invalid date) is
+    refused. Written as null, it would identify no row: the rows of distinct upstream keys would merge into
+    one (a later one replacing an earlier one, one delete removing both)."""
+
+    def check(value: Any) -> Any:
+        out = convert(value)
+        if out is None:
+            raise SinkError(f"key column value {preview(value)} has no Delta value (a zero or invalid date is "
+                            "written as null, and a null key would merge rows of different keys)")
+        return out
+
+    return check
 
 
 def _fits(convert: Callable[[Any], Any], target: pa.DataType, into: pa.DataType) -> Callable[[Any], Any]:
@@ -415,6 +435,8 @@ class ValueScreen:
             check = _in_range(convert, type_code, bits, bool(int(flags) & _UNSIGNED))
         elif type_code == _DECIMAL and not pa.types.is_decimal(target):
             check = _as_decimal_text(convert)
+        elif type_code in _DATES and flags & _KEY and not flags & _NULLABLE:
+            check = _key_value(convert)
         existing = self._delta_type(schema, table, name) if self._delta_type is not None else None
         if existing is None or _plain(existing) == target or widens(_plain(existing), target):
             return check  # the MERGE writes it as it is, or widens the table first
