@@ -6,6 +6,7 @@ import pytest
 
 from ticdc_delta.config import config_from_mapping
 from ticdc_delta.core.merge import KeyResolver, collapse
+from ticdc_delta.core.records import ChangeRecord
 
 from .test_batch_planner import row
 
@@ -63,3 +64,19 @@ def test_a_unique_key_with_a_nullable_column_is_no_key() -> None:
     assert sorted(tables[("s", "t")].changes, key=str) == [(5, 3), (None, 1), (None, 2)]
     not_null = (("u", 3, int(F.UNIQUE_KEY), 5), ("v", 3, plain, 3))
     assert KeyResolver().key_columns("s", "t", not_null) == ("u",)  # (a NOT NULL one keys the rows)
+
+
+def test_a_configured_key_takes_the_image_spelling_of_its_columns() -> None:
+    """MySQL's column names are case-insensitive: a ``key: [ID]`` override names the column ``id``."""
+    from ticdc_delta.core.merge import spell_key
+
+    columns = [("id", 8, 0), ("Code", 15, 0), ("code2", 15, 0)]
+    assert spell_key(("ID", "code"), columns) == ("id", "Code")
+    assert spell_key(("id",), columns) == ("id",)
+    assert spell_key(("nope",), columns) == ("nope",)  # missing: stays as given (MissingKeyError later)
+    assert spell_key(("a",), [("A", 8, 0), ("a ", 8, 0)]) == ("A",)
+    assert spell_key(("x",), [("X", 8, 0), ("x2", 8, 0), ("X", 8, 0)]) == ("x",)  # ambiguous: as given
+    keys = KeyResolver({("s", "t"): ("ID",)})
+    image = (("id", 8, 0, 1), ("v", 15, 0, "a"))
+    assert keys.key_columns("s", "t", image) == ("id",)
+    assert collapse([ChangeRecord(1, "c", 0, 0, 0, "s", "t", "insert", image, None)], keys)[("s", "t")].key_columns == ("id",)

@@ -101,11 +101,18 @@ def _canal_watermark(ts: int) -> bytes:
                        "data": None, "old": None, "_tidb": {"watermarkTs": ts}}).encode()
 
 
-def test_a_key_override_on_a_wildcard_mapping_is_the_merge_key(spark: Any, tmp_path: Path) -> None:
-    """``tables: [{source: "test.*", key: [code]}]``: rows with different ids but one code are one row."""
+@pytest.mark.parametrize("engine,sink,key", [
+    ("delta-rs", {}, "code"), ("delta-rs", {}, "CODE"), ("spark", {"columnar_rows": 1}, "Code"),
+    ("spark", {"columnar_rows": 0, "split_rows": 1}, "CODE")], ids=["delta-rs", "delta-rs-case", "spark-columnar-case",
+                                                                     "spark-records-case"])
+def test_a_key_override_on_a_wildcard_mapping_is_the_merge_key(
+        engine: str, sink: dict, key: str, spark: Any, tmp_path: Path) -> None:
+    """``tables: [{source: "test.*", key: [code]}]``: rows with different ids but one code are one row. MySQL's
+    column names are case-insensitive: ``CODE`` names the column ``code`` (it stopped the job with a missing key)."""
+    base = json.loads(json.dumps(_cfg(tmp_path).model_dump(mode="json", exclude_none=True)))
     cfg = config_from_mapping({
-        **json.loads(json.dumps(_cfg(tmp_path).model_dump(mode="json", exclude_none=True))),
-        "tables": [{"source": "test.*", "key": ["code"]}],
+        **base, "sink": {**base["sink"], "engine": engine, **sink},
+        "tables": [{"source": "test.*", "key": [key]}],
     })
     ts = TsoClock.START_MS << 18
     rows = [("cdc", 0, 0, None, _canal_insert(ts + 1, 1, "A")), ("cdc", 0, 1, None, _canal_insert(ts + 2, 2, "A")),

@@ -30,7 +30,7 @@ import zlib
 from decimal import Decimal
 from typing import Any, Callable, Hashable, Iterable, NamedTuple, Sequence
 
-from .merge import _COLUMN, KeyResolver, _key, flagged_key
+from .merge import _COLUMN, KeyResolver, _key, flagged_key, spell_key
 from .records import ChangeRecord, _new_tuple
 
 __all__ = ["Layout", "Router", "Routing", "key_hash", "layout", "owns", "route", "signature", "split", "splittable"]
@@ -101,7 +101,7 @@ def splittable(layouts: Iterable[Layout], override: Sequence[str] | None) -> boo
     for record_layout in layouts:
         for image in record_layout:
             if override:
-                names.add(tuple(override))
+                names.add(spell_key(override, image))
             else:
                 found = flagged_key(image)
                 if found is None:
@@ -209,8 +209,7 @@ class Router:
         names = self._overrides.get(ident)
         if names is None:
             names = self._overrides[ident] = tuple((self._override(*ident) if self._override else None) or ())
-        if not names:
-            names = flagged_key(first) or tuple(c[0] for c in first)
+        names = spell_key(names, first) if names else flagged_key(first) or tuple(c[0] for c in first)
 
         def at(columns: tuple[tuple[str, int, int], ...] | None) -> tuple[int, ...] | None:
             if columns is None:

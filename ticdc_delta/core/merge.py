@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from ..codec.model import ColumnFlag, Op
 from .records import ChangeRecord, ColumnTuple
 
-__all__ = ["FinalChange", "TableChanges", "KeyResolver", "collapse", "flagged_key", "UPSERT", "DELETE"]
+__all__ = ["FinalChange", "TableChanges", "KeyResolver", "collapse", "flagged_key", "spell_key", "UPSERT", "DELETE"]
 
 UPSERT = "u"
 DELETE = "d"
@@ -39,6 +39,24 @@ def flagged_key(columns: Sequence[Sequence[Any]]) -> tuple[str, ...] | None:
                 return None
             return names
     return None
+
+
+def spell_key(names: Sequence[str], columns: Iterable[Sequence[Any]]) -> tuple[str, ...]:
+    """A configured key (``tables[].key``) as the columns (``(name, ...)``) spell it: MySQL's column names
+    are case-insensitive, so ``ID`` names the column ``id``. A name the columns hold exactly stays; one
+    that matches a single column in another case takes its spelling; any other stays as given (the image
+    lacks it: :class:`MissingKeyError` where it is needed)."""
+    have = [c[0] for c in columns]
+    if all(n in have for n in names):
+        return tuple(names)
+    out = []
+    for n in names:
+        if n not in have:
+            folded = [c for c in have if c.casefold() == n.casefold()]
+            if len(folded) == 1:
+                n = folded[0]
+        out.append(n)
+    return tuple(out)
 
 
 @dataclass(slots=True)
@@ -72,6 +90,8 @@ class KeyResolver:
     Flags on the image win over what was remembered, so after ADD/DROP PRIMARY KEY the next rows merge
     on the new key; a later image without flags still uses the last known key.
 
+    A configured key is matched to the image's columns without regard to case (:func:`spell_key`).
+
     Args:
         overrides: exact ``(schema, table) -> key columns``.
         lookup: ``(schema, table) -> key columns or None``, asked once per table when ``overrides`` has no
@@ -92,6 +112,7 @@ class KeyResolver:
         self._looked_up: dict[tuple[str, str], tuple[str, ...]] = {}
         self._known: dict[tuple[str, str], tuple[str, ...]] = {}
         self._flagged: dict[tuple[tuple[str, int, int], ...], tuple[str, ...] | None] = {}  # per image layout
+        self._spelled: dict[tuple[tuple[str, ...], tuple[tuple[str, int, int], ...]], tuple[str, ...]] = {}
 
     def override(self, schema: str, table: str) -> tuple[str, ...]:
         """The configured key of a table, ``()`` when none is configured."""
@@ -109,10 +130,14 @@ class KeyResolver:
     def key_columns(self, schema: str, table: str, image: tuple[ColumnTuple, ...]) -> tuple[str, ...]:
         ident = (schema, table)
         found = self.override(schema, table)
-        if found:
-            return found
-        # The image's own flags win: after a key-changing DDL the row events flag the new key.
         shape = tuple(map(_COLUMN, image))
+        if found:  # as the image spells it (one lookup per row once the layout is known)
+            try:
+                return self._spelled[found, shape]
+            except KeyError:
+                spelled = self._spelled[found, shape] = spell_key(found, shape)
+                return spelled
+        # The image's own flags win: after a key-changing DDL the row events flag the new key.
         try:  # (one lookup per row once the layout is known)
             flagged = self._flagged[shape]
         except KeyError:

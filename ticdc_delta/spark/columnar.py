@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from ..codec.model import Op
 from ..core.key_buckets import Layout, Router, splittable
-from ..core.merge import flagged_key
+from ..core.merge import flagged_key, spell_key
 from ..core.records import ChangeRecord, dump_record, gc_paused, record_of_values, row_values
 from ..core.table_rules import HELD, RELEASED, REPLAY, SNAPSHOT
 from ..delta.arrow_types import arrow_type_for
@@ -117,7 +117,7 @@ def columnar_tables(layouts: Mapping[tuple[str, str], Sequence[Any]], held: Sequ
         if not splittable(decoded, override):
             continue
         columns = max((image for lay in decoded for image in lay), key=len)
-        key = tuple(override) if override else flagged_key(columns)
+        key = spell_key(override, columns) if override else flagged_key(columns)
         if key is None:
             continue
         types = tuple(arrow_type_for(t, f, params(schema, table, name)) for name, t, f in columns)
