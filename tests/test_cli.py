@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,36 @@ def test_an_unreachable_state_storage_is_retryable(tmp_path: Path, capsys: pytes
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "\x1b" not in err
     assert err.startswith("error: cannot read the job state table at s3://lake/ckpt/state: ") and "refused" in err
+
+
+def test_progress_lines_reach_stdout_whatever_the_log_level(capsys: pytest.CaptureFixture[str]) -> None:
+    """A quiet ``log_level`` (``conf/open-protocol-tables.yaml`` has ``warn``) silences the stderr messages,
+    not the progress lines monitoring reads."""
+    import logging
+
+    from ticdc_delta.cli import _setup_logging
+
+    root = logging.getLogger()
+    saved = (root.level, list(root.handlers), logging.getLogger("ticdc_delta.progress").level)
+    try:
+        for h in [h for h in root.handlers if getattr(h, "_ticdc_delta", False)]:
+            root.removeHandler(h)
+        _setup_logging("WARNING")
+        progress = logging.makeLogRecord({"name": "ticdc_delta.progress"})
+        for h in root.handlers:  # (they write to the streams pytest captures now)
+            if isinstance(h, logging.StreamHandler) and getattr(h, "_ticdc_delta", False):
+                h.setStream(sys.stdout if h.filter(progress) else sys.stderr)
+        logging.getLogger("ticdc_delta.progress").info('{"batch_id": 7}')
+        logging.getLogger("ticdc_delta.spark").info("an info message")
+        logging.getLogger("ticdc_delta.spark").warning("a warning")
+        out, err = capsys.readouterr()
+        assert out == '{"batch_id": 7}\n'
+        assert "a warning" in err and "an info message" not in err
+    finally:
+        for h in [h for h in root.handlers if getattr(h, "_ticdc_delta", False)]:
+            root.removeHandler(h)
+        root.setLevel(saved[0])
+        for h in saved[1]:
+            if h not in root.handlers:
+                root.addHandler(h)
+        logging.getLogger("ticdc_delta.progress").setLevel(saved[2])

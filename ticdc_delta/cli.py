@@ -72,11 +72,13 @@ def _cmd_decode(args: argparse.Namespace) -> int:
 
 
 def _setup_logging(level: str) -> None:
-    """Progress lines (one JSON object per micro-batch) go to stdout as they are; the rest to stderr."""
+    """Progress lines (one JSON object per micro-batch) go to stdout as they are, whatever ``level``; the
+    rest to stderr, from ``level`` on."""
     import logging
 
     root = logging.getLogger()
     root.setLevel(level)
+    logging.getLogger("ticdc_delta.progress").setLevel(logging.INFO)  # a quiet log_level keeps them
     if not any(getattr(h, "_ticdc_delta", False) for h in root.handlers):
         err = logging.StreamHandler(sys.stderr)
         err.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
