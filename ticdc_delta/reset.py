@@ -141,8 +141,10 @@ def plan_reset(
     kept += ("staging_batch", "staging_app", "held_layouts", "held_by_table", "topic_watermarks",
              "released_low") if keep_position else ()
     new_meta = {k: v for k, v in meta.items() if k in kept}
-    if not keep_position and new_meta.get("applied_ddl"):
+    if not keep_position and start != "latest" and new_meta.get("applied_ddl"):
         # read again, a DDL that removes rows must remove them again, after the rows before it came back
+        # (--from latest reads nothing again: a copy of an applied DDL still to come, on a partition TiCDC
+        # had not written it to yet, stays applied)
         new_meta["applied_ddl"] = [i for i in new_meta["applied_ddl"] if not _removes_rows(i)]
     new_meta["epoch"] = epoch
     new_meta["resets"] = int(meta.get("resets", 0)) + 1
