@@ -46,7 +46,7 @@ test: $(STAMP) $(JARS_STAMP) mariadb
 	$(BIN)/python -m pytest -q
 
 ## every integration test on the spark engine (the job's default engine; `make test` runs the slow
-## engine-agnostic ones on delta-rs and the spark engine's own tests) — ~30 min on 2 cores
+## engine-agnostic ones on delta-rs and the spark engine's own tests) — ~38 min on 2 cores
 test-spark: $(STAMP) $(JARS_STAMP) mariadb
 	TICDC_DELTA_TEST_ENGINE=spark $(BIN)/python -m pytest -q tests/integration
 

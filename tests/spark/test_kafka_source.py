@@ -189,6 +189,22 @@ def test_to_java_client_conf_translates_sasl_and_ssl() -> None:
         to_java_client_conf({"ssl.key.location": "/k.pem"})
 
 
+def test_to_java_client_conf_makes_pem_text_a_pem_keystore_and_truststore() -> None:
+    """librdkafka's certificates as PEM text (``ssl.certificate.pem``, ``ssl.key.pem``, ``ssl.ca.pem``) are the
+    Java client's PEM keystore and truststore (KIP-651); passed unchanged, the Java client ignored them and
+    Spark's source connected without the client certificate."""
+    pem = {"security.protocol": "SSL", "ssl.ca.pem": "CA-PEM", "ssl.certificate.pem": "CERT-PEM",
+           "ssl.key.pem": "KEY-PEM", "ssl.key.password": SECRET}
+    assert to_java_client_conf(pem) == {
+        "security.protocol": "SSL", "ssl.truststore.type": "PEM", "ssl.truststore.certificates": "CA-PEM",
+        "ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": "CERT-PEM", "ssl.keystore.key": "KEY-PEM",
+        "ssl.key.password": SECRET}
+    for bad, message in [({"ssl.key.pem": "K"}, "needs both"), ({"ssl.ca.pem": "A", "ssl.ca.location": "/a"}, "not both"),
+                         ({"ssl.key.pem": "K", "ssl.certificate.pem": "C", "ssl.keystore.location": "/k.p12"}, "once")]:
+        with pytest.raises(ConfigError, match=message):
+            to_java_client_conf(bad)
+
+
 def test_unwrap_source_error_from_query_exception_text() -> None:
     text = (
         "[STREAM_FAILED] Query terminated with exception: ...\n"
@@ -545,6 +561,12 @@ def test_probe_presents_the_keystores_client_certificate(tmp_path: Path) -> None
         assert listener.seen and all("ticdc-delta-client" in s for s in listener.seen), listener.seen
         with pytest.raises(ConfigError, match=r"TLS handshake .* failed while probing: .*certificate required"):
             probe_brokers(f"127.0.0.1:{listener.port}", tls, timeout_s=5)
+        # the same certificate as PEM text (librdkafka's own settings)
+        listener.seen.clear()
+        with pytest.raises(BrokerUnavailableError):
+            probe_brokers(f"127.0.0.1:{listener.port}", {**tls, "ssl.certificate.pem": client_cert.read_text(),
+                          "ssl.key.pem": client_key.read_text()}, timeout_s=1)
+        assert listener.seen and all("ticdc-delta-client" in s for s in listener.seen), listener.seen
     finally:
         listener.close()
 

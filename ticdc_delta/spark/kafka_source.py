@@ -383,7 +383,8 @@ def to_java_client_conf(conf: Mapping[str, Any]) -> dict[str, str]:
     """librdkafka client settings translated to the Java client's, for Spark's built-in ``kafka`` source.
 
     ``sasl.username``/``sasl.password`` become ``sasl.jaas.config`` (PLAIN or SCRAM login module),
-    ``sasl.mechanisms`` becomes ``sasl.mechanism``, ``ssl.ca.location`` a PEM truststore,
+    ``sasl.mechanisms`` becomes ``sasl.mechanism``, ``ssl.ca.location`` or ``ssl.ca.pem`` a PEM truststore,
+    ``ssl.certificate.pem``/``ssl.key.pem`` (and ``ssl.key.password``) a PEM keystore,
     ``enable.ssl.certificate.verification=false`` / ``ssl.endpoint.identification.algorithm=none`` turn off
     host name checks. Settings both clients share (``security.protocol``, ``client.id``, Java-only ones
     such as ``sasl.jaas.config``) pass unchanged.
@@ -414,9 +415,27 @@ def to_java_client_conf(conf: Mapping[str, Any]) -> dict[str, str]:
     if "security.protocol" in src:
         out["security.protocol"] = src.pop("security.protocol").upper()
     ca = src.pop("ssl.ca.location", None)
-    if ca is not None:
+    ca_pem = src.pop("ssl.ca.pem", None)
+    if ca is not None and ca_pem is not None:
+        raise ConfigError("give either ssl.ca.location or ssl.ca.pem, not both")
+    if ca is not None or ca_pem is not None:
         out["ssl.truststore.type"] = "PEM"
-        out["ssl.truststore.location"] = ca
+        if ca is not None:
+            out["ssl.truststore.location"] = ca
+        else:
+            out["ssl.truststore.certificates"] = str(ca_pem)
+    cert_pem, key_pem = src.pop("ssl.certificate.pem", None), src.pop("ssl.key.pem", None)
+    if cert_pem is not None or key_pem is not None:  # a client certificate as PEM text: a PEM keystore
+        if cert_pem is None or key_pem is None:
+            raise ConfigError("a client certificate as PEM text needs both ssl.certificate.pem and ssl.key.pem")
+        if any(k.startswith("ssl.keystore.") for k in src) or any(k in src for k in ("ssl.certificate.location",
+                                                                                     "ssl.key.location")):
+            raise ConfigError("give the client certificate once: ssl.certificate.pem/ssl.key.pem or a keystore")
+        out["ssl.keystore.type"] = "PEM"
+        out["ssl.keystore.certificate.chain"] = cert_pem
+        out["ssl.keystore.key"] = key_pem
+        if "ssl.key.password" in src:  # the PEM key's password: the same name in both clients
+            out["ssl.key.password"] = src.pop("ssl.key.password")
     verify = src.pop("enable.ssl.certificate.verification", None)
     algorithm = src.pop("ssl.endpoint.identification.algorithm", None)
     if (verify is not None and verify.lower() == "false") or (algorithm or "").lower() == "none":
