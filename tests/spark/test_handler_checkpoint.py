@@ -120,3 +120,42 @@ def test_a_key_override_on_a_wildcard_mapping_is_the_merge_key(
     _handler(cfg)(spark.createDataFrame(rows, KAFKA_SCHEMA), 0)
     table = read_table(cfg.table_path("test", "orders")).to_pylist()
     assert [(r["id"], r["code"]) for r in table] == [(2, "A")]  # merged on code, not on the flagged id
+
+
+def _canal_row(commit_ts: int, op: str, data: dict, old: dict | None = None) -> bytes:
+    return json.dumps({
+        "id": 0, "database": "test", "table": "sales", "pkNames": ["region", "id"], "isDdl": False, "type": op,
+        "es": 1, "ts": 1, "sql": "", "sqlType": {"region": 12, "id": -5, "v": 12},
+        "mysqlType": {"region": "varchar", "id": "bigint", "v": "varchar"}, "data": [data], "old": old and [old],
+        "_tidb": {"commitTs": commit_ts},
+    }).encode()
+
+
+@pytest.mark.parametrize("engine", ["spark", "delta-rs"])
+def test_an_empty_text_partition_value_of_the_key_is_updated_and_deleted_in_place(
+        engine: str, spark: Any, tmp_path: Path) -> None:
+    """``partition_by: [region]`` with the key (region, id) and region '': Spark writes '' there as null (Delta's
+    partition values cannot hold ''), so the MERGE's ``t.region <=> s.region`` never matched the row again: an
+    update inserted a second row, a delete removed nothing."""
+    base = json.loads(json.dumps(_cfg(tmp_path).model_dump(mode="json", exclude_none=True)))
+    cfg = config_from_mapping({**base, "sink": {**base["sink"], "engine": engine},
+                               "tables": [{"source": "test.sales", "partition_by": ["region"]}]})
+    ts = TsoClock.START_MS << 18
+    handler = _handler(cfg)
+    batches = [
+        [_canal_row(ts + 1, "INSERT", {"region": "", "id": "1", "v": "a"}),
+         _canal_row(ts + 1, "INSERT", {"region": "", "id": "2", "v": "b"}),
+         _canal_row(ts + 1, "INSERT", {"region": "eu", "id": "1", "v": "c"})],
+        [_canal_row(ts + 3, "UPDATE", {"region": "", "id": "1", "v": "a2"}, {"region": "", "id": "1", "v": "a"}),
+         _canal_row(ts + 3, "DELETE", {"region": "", "id": "2", "v": "b"})],
+    ]
+    offset = 0
+    for batch_id, messages in enumerate(batches):
+        rows = [("cdc", 0, offset + i, None, m) for i, m in enumerate(messages)]
+        offset += len(messages)
+        rows += [("cdc", 0, offset, None, _canal_watermark(ts + 2 + 2 * batch_id)),
+                 ("cdc", 1, batch_id, None, _canal_watermark(ts + 2 + 2 * batch_id))]
+        offset += 1
+        handler(spark.createDataFrame(rows, KAFKA_SCHEMA), batch_id)
+    table = read_table(cfg.table_path("test", "sales")).to_pylist()
+    assert sorted(((r["region"] or ""), r["id"], r["v"]) for r in table) == [("", 1, "a2"), ("eu", 1, "c")]

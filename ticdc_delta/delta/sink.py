@@ -345,6 +345,14 @@ class TableSink(Protocol):
         """
         ...
 
+    def partition_columns(self, ident: TableIdent) -> tuple[str, ...]:
+        """The table's partition columns (``()``: none, or no table).
+
+        Raises:
+            SinkError: the table cannot be read.
+        """
+        ...
+
     def rewrite(self, ident: TableIdent, transform: Callable[[pa.Table], pa.Table], txn: Txn) -> bool:
         """Replace the table's rows and schema with ``transform(current rows)`` in one commit; ``True``
         unless already done.
@@ -516,6 +524,10 @@ def check_txn(txn: Txn) -> Txn:
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise ValueError(f"txn version must be an int >= 0, got {version!r}")
     return Txn(app_id, version)
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
 
 
 def check_new_table(arrow_schema: pa.Schema, partition_by: Sequence[str] | None) -> list[str]:
@@ -729,6 +741,7 @@ class DeltaRsSink:
         self._backoff = retry_backoff_s
         self._writer_properties = writer_properties
         self._read_properties: dict[str, dict[str, str]] = {}  # path -> properties of its last table_facts read
+        self._partitions: dict[str, tuple[str, ...]] = {}  # path -> partition columns (fixed at creation)
 
     # --- locations ------------------------------------------------------------------------------------
 
@@ -874,12 +887,28 @@ class DeltaRsSink:
                 return None
             schema = table_arrow_schema(dt)
             self._read_properties[path] = dict(dt.metadata().configuration)  # (for table_properties)
+            self._partitions[path] = tuple(dt.metadata().partition_columns)
             if not stats:
                 return TableFacts(schema, None)
             files = _file_stats(pa.table(dt.get_add_actions(flatten=False)), dt)
             return TableFacts(schema, pc.sum(files.column("num_records")).as_py() or 0, files)
         except (DeltaError, pa.ArrowException, OSError) as exc:
             raise storage_error(f"cannot read the log of {path}", exc) from exc
+
+    def partition_columns(self, ident: TableIdent) -> tuple[str, ...]:
+        """The table's partition columns (``()``: none, or no table), as its last log read found them.
+
+        Raises:
+            SinkError: the table cannot be read.
+        """
+        path = self._path(ident)
+        found = self._partitions.get(path)
+        if found is None:
+            dt = self._load(path)
+            found = () if dt is None else tuple(dt.metadata().partition_columns)
+            if dt is not None:
+                self._partitions[path] = found
+        return found
 
     def read(self, ident: TableIdent) -> pa.Table:
         """The table's current rows (order not defined), via :func:`read_table`.
@@ -1055,9 +1084,17 @@ class DeltaRsSink:
             col = changes.column(k)
             return bool(col.null_count) or pa.types.is_decimal(col.type) or pa.types.is_nested(col.type)
 
-        predicate = " AND ".join(
-            f"(t.{q} {'<=>' if null_safe(k) else '='} s.{q})" for k, q in ((k, quote_identifier(k)) for k in keys)
-        )
+        def predicate_for(dt: DeltaTable) -> str:
+            # A text partition column of the key compares '' and NULL alike: Delta's partition values
+            # cannot hold '' (the spec reads it as null; Spark writes it so, delta-rs reads it back as ''
+            # until a rewrite such as compaction makes it null), so '' and NULL are one value there, and
+            # either of them in the target must match either in the source.
+            parts = set(dt.metadata().partition_columns)
+            return " AND ".join(
+                f"(coalesce(t.{q}, '') = coalesce(s.{q}, ''))" if k in parts and _is_text(changes.column(k).type)
+                else f"(t.{q} {'<=>' if null_safe(k) else '='} s.{q})"
+                for k, q in ((k, quote_identifier(k)) for k in keys))
+
         # Explicit column maps, not update_all/insert_all: those do not escape backticks in column names
         # (delta-rs 1.6.6: "Expected close delimiter '`'").
         assignments = {quote_identifier(c): f"s.{quote_identifier(c)}" for c in columns}
@@ -1071,7 +1108,7 @@ class DeltaRsSink:
             metrics = (
                 dt.merge(
                     source,
-                    predicate,
+                    predicate_for(dt),
                     source_alias="s",
                     target_alias="t",
                     writer_properties=self._writer_properties,

@@ -238,6 +238,10 @@ class SparkDeltaSink:
             return self._facts.pop(ident)
         return self.base.table_facts(ident)
 
+    def partition_columns(self, ident: TableIdent) -> tuple[str, ...]:
+        """See :meth:`DeltaRsSink.partition_columns`."""
+        return self.base.partition_columns(ident)
+
     def tables_in_schema(self, schema: str) -> list[TableIdent]:
         """See :meth:`DeltaRsSink.tables_in_schema`."""
         return self.base.tables_in_schema(schema)

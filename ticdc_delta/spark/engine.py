@@ -1326,10 +1326,15 @@ class SparkEngine:
             columnar = (view, [(at[src], f.name, f.type) for (src, _, _, _, _), f in zip(fields, arrow_fields)])
         least = self.cfg.sink.merge_key_range_rows
         facts = applier.sink.table_facts(ident) if least > 0 else None
+        parts = {c.lower() for c in applier.sink.partition_columns(ident)}
+        types = {f.name: f.type for f in arrow_fields}
         return {
             "ident": ident, "seg": seg, "path": applier.sink.table_path(schema, table),
             "fields": [(src, src, t, f, p) for src, _, t, f, p in fields], "arrow": pa.schema(arrow_fields),
             "keys": [have.get(k.lower(), k) for k in keys], "upserts": upserts, "meta": mc,
+            # a text partition column of the key: '' and NULL are one value there (see _merge)
+            "text_parts": [have.get(k.lower(), k) for k in keys if k.lower() in parts
+                           and pa.types.is_string(types.get(have.get(k.lower(), k), pa.null()))],
             "txn": applier.next_txn(ident, batch_id), "columnar": columnar,
             # the target's files, for the key range (_key_range) of a table big enough for it to pay, and
             # the integer key ranges found as the changes were collapsed (no Spark job for them)
@@ -1403,7 +1408,12 @@ class SparkEngine:
                                             self.cfg.sink.source_timezone, arrow),
                                   from_arrow_schema(arrow, prefer_timestamp_ntz=True)))
         columns = [f.name for f in arrow if f.name != OP_COLUMN]
-        cond = F.expr(" AND ".join(f"t.{_quote(k)} <=> s.{_quote(k)}" for k in task["keys"]))
+        # A text partition column of the key compares '' and NULL alike: Delta's partition values cannot
+        # hold '' (Spark writes it as null; a table delta-rs wrote reads it back as '' until rewritten), so
+        # either of them in the target must match either in the source. Its range does not bound the MERGE.
+        text_parts = task.get("text_parts", [])
+        cond = F.expr(" AND ".join(f"coalesce(t.{_quote(k)}, '') <=> coalesce(s.{_quote(k)}, '')" if k in text_parts
+                                   else f"t.{_quote(k)} <=> s.{_quote(k)}" for k in task["keys"]))
         op = f"s.{_quote(OP_COLUMN)}"
         assign: dict[str, Any] = {_quote(c): f"s.{_quote(c)}" for c in columns}  # (str | Column)
         txn: Txn = task["txn"]
@@ -1419,7 +1429,8 @@ class SparkEngine:
             cached = source.persist(StorageLevel.MEMORY_AND_DISK) if converted else source
             try:
                 bounds = ([] if task["key_range"] is None else
-                          _key_range(cached, task["keys"], task["key_range"], self.cfg.sink.merge_key_range_rows,
+                          _key_range(cached, [k for k in task["keys"] if k not in text_parts], task["key_range"],
+                                     self.cfg.sink.merge_key_range_rows,
                                      task["ranges"]))
                 narrowed = functools.reduce(lambda a, b: a & b, bounds, cond)
                 if bounds:
