@@ -1031,6 +1031,36 @@ def test_table_properties_sink_wide_then_per_table_and_the_ones_the_job_sets_are
 
 
 @pytest.mark.parametrize(
+    ("key", "instead"),
+    [
+        ("delta.feature.deletionVectors", r"set delta\.enableDeletionVectors: true instead"),
+        ("delta.feature.changeDataFeed", r"set delta\.enableChangeDataFeed: true instead"),
+        ("Delta.Feature.DELETIONVECTORS", r"set delta\.enableDeletionVectors: true instead"),
+        ("delta.feature.columnMapping", r"set sink\.column_mapping instead"),
+        ("delta.feature.typeWidening", r"set sink\.type_widening instead"),
+        ("delta.feature.appendOnly", r"the job updates and deletes rows"),
+        ("delta.feature.timestampNtz", r"leave it out: Delta Lake adds the feature 'timestampNtz' when a table"),
+        ("delta.ignoreProtocolDefaults", r"leave it out: Delta Lake derives the protocol"),
+        ("DELTA.IGNOREPROTOCOLDEFAULTS", r"leave it out"),
+    ],
+)
+@pytest.mark.parametrize("engine", ["spark", "delta-rs"])
+def test_table_properties_refuse_delta_protocol_keys(key: str, instead: str, engine: str) -> None:
+    # Delta Lake strips delta.feature.* and delta.ignoreProtocolDefaults from the properties it stores, so on
+    # the spark engine the job would commit a SET TBLPROPERTIES before every write; delta-rs refuses them
+    why = r"a protocol setting, not a table property: .*set it again before every write .*; " + instead
+    sink = {**MINIMAL["sink"], "engine": engine}
+    with pytest.raises(ConfigError, match=rf"sink\.table_properties\[\"{re.escape(key)}\"\]: {why}"):
+        config_from_mapping({**MINIMAL, "sink": {**sink, "table_properties": {key: "supported"}}})
+    with pytest.raises(ConfigError, match=rf"tables\[0\]\.table_properties\[\"{re.escape(key)}\"\]: {why}"):
+        config_from_mapping({**MINIMAL, "sink": sink,
+                             "tables": [{"source": "a.b", "table_properties": {key: "true"}}]})
+    # the property that adds a feature is a table property Delta Lake keeps: accepted
+    assert config_from_mapping({**MINIMAL, "sink": {**sink, "table_properties": {
+        "delta.enableDeletionVectors": "true", "delta.enableChangeDataFeed": "true"}}})
+
+
+@pytest.mark.parametrize(
     ("example", "variable"),
     [("canal-json-sasl.yaml", "KAFKA_PASSWORD"), ("avro-registry.yaml", "SR_URL")],
 )

@@ -184,6 +184,14 @@ def _check_setting_keys(settings: Mapping[str, str], reserved: Mapping[str, str]
             raise _PathError((key,), reserved[key])
 
 
+# Delta Lake drops its protocol keys (minReaderVersion, minWriterVersion, ignoreProtocolDefaults and every
+# delta.feature.<name>) from the properties it stores (TableFeatureProtocolUtils.isTableProtocolProperty):
+# the job, which sets a listed property whenever the table's value differs, would find one unset and
+# commit a SET TBLPROPERTIES before every write to the table; delta-rs refuses them ("Error parsing
+# property").
+_PROTOCOL_KEY = ("a protocol setting, not a table property: Delta Lake does not keep it among the table's "
+                 "properties, so the job would set it again before every write (and delta-rs refuses it)")
+
 TABLE_PROPERTIES_THE_JOB_SETS: dict[str, str] = {
     "delta.columnMapping.mode": "set by the job from sink.column_mapping",
     "delta.columnMapping.maxColumnId": "Delta Lake keeps it itself",
@@ -191,17 +199,51 @@ TABLE_PROPERTIES_THE_JOB_SETS: dict[str, str] = {
     "delta.appendOnly": "the job updates and deletes rows: an append-only table would refuse its MERGEs",
     "delta.minReaderVersion": "Delta Lake derives it from the table's features",
     "delta.minWriterVersion": "Delta Lake derives it from the table's features",
+    "delta.ignoreProtocolDefaults": f"{_PROTOCOL_KEY}; leave it out: Delta Lake derives the protocol from the "
+                                    "table's features",
 }
 """Delta table properties ``table_properties`` refuses, with why."""
+
+TABLE_FEATURE_PREFIX = "delta.feature."
+"""``delta.feature.<name>: supported``, Delta Lake's protocol key that adds a table feature: refused by
+``table_properties``, with what to do instead (:data:`TABLE_FEATURE_INSTEAD`)."""
+
+_PROPERTY_ADDS_IT = "set {} instead (it adds the feature)"
+
+TABLE_FEATURE_INSTEAD: dict[str, str] = {
+    "deletionVectors": _PROPERTY_ADDS_IT.format("delta.enableDeletionVectors: true"),
+    "changeDataFeed": _PROPERTY_ADDS_IT.format("delta.enableChangeDataFeed: true"),
+    "rowTracking": _PROPERTY_ADDS_IT.format("delta.enableRowTracking: true"),
+    "inCommitTimestamp": _PROPERTY_ADDS_IT.format("delta.enableInCommitTimestamps: true"),
+    "v2Checkpoint": _PROPERTY_ADDS_IT.format("delta.checkpointPolicy: v2"),
+    "icebergCompatV1": _PROPERTY_ADDS_IT.format("delta.enableIcebergCompatV1: true"),
+    "icebergCompatV2": _PROPERTY_ADDS_IT.format("delta.enableIcebergCompatV2: true"),
+    "columnMapping": "set sink.column_mapping instead (the job sets delta.columnMapping.mode from it)",
+    "typeWidening": "set sink.type_widening instead (the job sets delta.enableTypeWidening from it)",
+    "typeWidening-preview": "set sink.type_widening instead (the job sets delta.enableTypeWidening from it)",
+    "appendOnly": TABLE_PROPERTIES_THE_JOB_SETS["delta.appendOnly"],
+}
+"""What to do instead of ``delta.feature.<name>`` (by the feature's name): the setting that adds the
+feature, where one does. Any other feature Delta Lake adds itself when a table uses it (``timestampNtz``
+for a TIMESTAMP_NTZ column, ``checkConstraints`` for a CHECK constraint), or it is added to a table once by
+hand: the job leaves the properties it does not list alone."""
 
 
 def _check_table_properties(value: Mapping[str, str]) -> None:
     _check_setting_keys(value)
     refused = {key.lower(): why for key, why in TABLE_PROPERTIES_THE_JOB_SETS.items()}
+    instead = {name.lower(): what for name, what in TABLE_FEATURE_INSTEAD.items()}
     for key in value:
         why = refused.get(key.lower())  # (Delta Lake compares its properties' names ignoring case)
         if why is not None:
             raise _PathError((key,), why)
+        if key.lower().startswith(TABLE_FEATURE_PREFIX):
+            feature = key[len(TABLE_FEATURE_PREFIX):]
+            what = instead.get(  # (and its features' names)
+                feature.lower(), f"leave it out: Delta Lake adds the feature {feature!r} when a table uses it, "
+                "or add it to a table once with ALTER TABLE ... SET TBLPROPERTIES (the job leaves the "
+                "properties it does not list alone)")
+            raise _PathError((key,), f"{_PROTOCOL_KEY}; {what}")
 
 
 def _redact_url(url: str) -> str:
@@ -761,7 +803,7 @@ class CompactionConfig(_Model):
     """``sink.compaction``: small-file compaction of the tables a micro-batch wrote (both engines)."""
 
     enabled: bool = True
-    # compact a table once it has this many files smaller than target_file_size that can be combined
+    # compact a table once it has this many files smaller than half of target_file_size that can be combined
     # (two or more in one partition); Delta's auto compaction uses 50 (minNumFiles)
     min_files: Annotated[int, BeforeValidator(_no_bool), Field(ge=2, le=100_000)] = 50
     # the size compaction writes files up to; files this large or larger are left alone

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from ticdc_delta.config import CompactionConfig
 from ticdc_delta.delta.compaction import (
@@ -32,11 +33,22 @@ MiB = 1024**2
 
 def test_policy_counts_small_files_that_can_be_combined() -> None:
     policy = CompactionPolicy(min_files=4, target_file_size=100)
+    assert policy.small_file_size == 50
     assert policy.compactable({(): [10, 20, 30]}) == 3
     assert not policy.due({(): [10, 20, 30]})
-    assert policy.due({(): [10, 20, 30, 99]})
+    assert policy.due({(): [10, 20, 30, 49]})
     assert not policy.due({(): [100, 500, 10, 20]})  # files at the target size or larger are not small
     assert not policy.due({})
+
+
+def test_policy_does_not_count_files_of_half_the_target_or_more() -> None:
+    # two files of half the target or more never share a compacted file: counting them made a table holding
+    # min_files of them (what compaction leaves) due after every batch, each batch's file topping one up
+    policy = CompactionPolicy(min_files=4, target_file_size=100)
+    assert policy.compactable({(): [50, 60, 90, 99, 10]}) == 0 and not policy.due({(): [50, 60, 90, 99, 10]})
+    assert policy.compactable({(): [49, 49, 90, 99]}) == 2
+    assert CompactionPolicy(target_file_size=101).small_file_size == 51  # 50 + 50 < 101: small
+    assert CompactionPolicy(target_file_size=1).small_file_size == 1
 
 
 def test_policy_ignores_a_lone_small_file_per_partition() -> None:
@@ -45,6 +57,58 @@ def test_policy_ignores_a_lone_small_file_per_partition() -> None:
     one_each = {(("p", i),): [10, 1000] for i in range(10)}
     assert policy.compactable(one_each) == 0 and not policy.due(one_each)
     assert policy.due({(("p", 0),): [10, 10], (("p", 1),): [10], (("p", 2),): [5, 5, 500]})
+
+
+def _append(path: str, rows: int, seed: int) -> None:
+    """One micro-batch's file: ``rows`` rows of random (incompressible) values, ~16 bytes each."""
+    rng = random.Random(seed)
+    write_deltalake(path, pa.table({"k": pa.array([rng.getrandbits(62) for _ in range(rows)], pa.int64()),
+                                    "v": pa.array([rng.random() for _ in range(rows)])}), mode="append")
+
+
+def _sizes(path: str) -> dict[str, int]:
+    adds = pa.table(DeltaTable(path).get_add_actions(flatten=True))
+    return dict(zip(adds.column("path").to_pylist(), adds.column("size_bytes").to_pylist()))
+
+
+def test_a_table_of_near_target_files_is_compacted_only_when_small_files_gather(tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    for i in range(12):
+        _append(path, 3000, i)  # what compactions leave: files of nearly the target size
+    big = _sizes(path)
+    policy = CompactionPolicy(min_files=10, target_file_size=max(big.values()) * 10 // 9)
+    assert all(2 * size >= policy.target_file_size for size in big.values())
+    # two batches' files beside 12 near-target ones: nothing to combine but the two, not due
+    _append(path, 100, 100)
+    _append(path, 100, 101)
+    assert policy.compactable(files_by_partition(DeltaTable(path))) == 2
+    assert not policy.due(files_by_partition(DeltaTable(path)))
+    for i in range(8):
+        _append(path, 100, 102 + i)
+    dt = DeltaTable(path)
+    assert policy.due(files_by_partition(dt))  # ten small files: due
+
+    result = delta_rs_compaction(path, dt, policy)
+
+    assert result.files_removed >= 10 and result.files_added <= 2
+    assert not policy.due(files_by_partition(DeltaTable(path)))  # not due again right after
+    assert DeltaTable(path).to_pyarrow_table().num_rows == 12 * 3000 + 10 * 100
+    # and from then on a batch's file is not a reason to compact: about every min_files batches, not each
+    compactions = 0
+    batches = 45
+    for b in range(batches):
+        _append(path, 100, 200 + b)
+        dt = DeltaTable(path)
+        if policy.due(files_by_partition(dt)):
+            assert delta_rs_compaction(path, dt, policy).files_removed >= policy.min_files - 1
+            compactions += 1
+            assert not policy.due(files_by_partition(DeltaTable(path)))
+    assert 1 <= compactions <= batches // (policy.min_files - 1)
+    after = _sizes(path)
+    assert len([p for p in big if p in after]) >= 10  # the near-target files stay as they are
+    # what is left: the near-target files, the compactions' files, the batches' files since the last one
+    assert len(after) < len(big) + 2 * compactions + policy.min_files
+    assert DeltaTable(path).to_pyarrow_table().num_rows == 12 * 3000 + (10 + batches) * 100
 
 
 def test_policy_from_config_and_its_checks() -> None:

@@ -5,6 +5,7 @@ Delta tables)."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,12 @@ import pytest
 from deltalake import DeltaTable
 
 from ticdc_delta.config import CompactionConfig
-from ticdc_delta.delta.compaction import compact_written_tables, delta_rs_compaction
+from ticdc_delta.delta.compaction import (
+    CompactionPolicy,
+    compact_written_tables,
+    delta_rs_compaction,
+    files_by_partition,
+)
 from ticdc_delta.delta.sink import OP_COLUMN, DeltaRsSink, TableIdent, batch_txn
 from ticdc_delta.spark.compaction import spark_compaction
 from ticdc_delta.spark.delta_sink import SparkDeltaSink
@@ -111,3 +117,49 @@ def test_a_column_mapping_table_of_many_small_commits_is_compacted_by_optimize(s
     assert _rows(spark, path) == before_rows
     assert _spark_merge(spark, path, BATCHES) == dt.version() + 1
     assert (2 * BATCHES, f"b{BATCHES}-{2 * BATCHES}") in _rows(spark, path)
+
+
+def _append(spark: Any, path: str, first: int, rows: int) -> None:
+    """One file of ``rows`` new keys from ``first`` (random, hardly compressible values), appended by Spark."""
+    rng = random.Random(first)
+    frame = pa.table({"id": list(range(first, first + rows)),
+                      "v": [f"{rng.getrandbits(64):016x}" for _ in range(rows)]})
+    spark.createDataFrame(frame.to_pandas()).coalesce(1).write.format("delta").mode("append").save(path)
+
+
+def _sizes(path: str) -> dict[str, int]:
+    adds = pa.table(DeltaTable(path).get_add_actions(flatten=True))
+    return dict(zip(adds.column("path").to_pylist(), adds.column("size_bytes").to_pylist()))
+
+
+@integration
+def test_optimize_rewrites_the_small_files_the_policy_counts_not_the_near_target_ones(
+    spark: Any, tmp_path: Path
+) -> None:
+    base = DeltaRsSink(str(tmp_path))
+    sink = SparkDeltaSink(base, spark)
+    assert sink.ensure_table(T, SCHEMA, None, batch_txn(APP + "/schema", 0))
+    path = sink.table_path(*T)
+    for i in range(3):
+        _append(spark, path, i * 16_000, 16_000)  # files as compactions leave them: near the target size
+    big = _sizes(path)
+    for i in range(3):
+        _append(spark, path, 100_000 + i * 10, 10)  # three batches' files
+    small = {p: size for p, size in _sizes(path).items() if p not in big}
+    policy = CompactionPolicy(min_files=2, target_file_size=max(big.values()) * 10 // 9)
+    assert len(big) == 3 and len(small) == 3
+    assert all(2 * size >= policy.target_file_size for size in big.values())
+    # OPTIMIZE binning every file below the target (minFileSize = the target) would put a near-target file
+    # in with the small ones and rewrite it: it must rewrite only the small files the policy counts
+    assert sum(small.values()) + min(big.values()) <= policy.target_file_size
+    dt = DeltaTable(path)
+    assert policy.compactable(files_by_partition(dt)) == 3
+    rows = _rows(spark, path)
+
+    result = spark_compaction(spark)(path, dt, policy)
+
+    after = _sizes(path)
+    assert (result.files_removed, result.files_added) == (3, 1)
+    assert set(big) <= set(after) and not set(small) & set(after)
+    assert not policy.due(files_by_partition(DeltaTable(path)))
+    assert _rows(spark, path) == rows

@@ -5,8 +5,8 @@ Every micro-batch adds at least one data file to each table it writes (one MERGE
 DDL segment): a job triggered every second makes ~86k files per table per day, and every MERGE, which
 scans the target's files, and every reader gets slower. After a batch, each table the batch wrote is
 checked with the file list of its delta-rs snapshot (no Spark job, a few milliseconds): once it has
-``sink.compaction.min_files`` files smaller than ``target_file_size`` that compaction can combine (two or
-more in one partition), it is compacted — by delta-rs's ``optimize.compact`` here
+``sink.compaction.min_files`` small files, smaller than half of ``target_file_size``, that compaction can
+combine (two or more in one partition), it is compacted — by delta-rs's ``optimize.compact`` here
 (:func:`delta_rs_compaction`), by Delta Lake's own ``OPTIMIZE`` on the ``spark`` engine
 (:mod:`ticdc_delta.spark.compaction`), each engine its own way because delta-rs 1.x cannot optimize the
 column-mapping tables the ``spark`` engine creates. The threshold is that of Delta's auto compaction
@@ -57,9 +57,18 @@ _ERROR_CHARS = 300
 
 @dataclass(frozen=True)
 class CompactionPolicy:
-    """When a table is compacted: once it has ``min_files`` small files (smaller than
-    ``target_file_size`` bytes) that compaction can combine, that is two or more in one partition (a lone
-    small file in a partition stays as it is, so it must not keep triggering compactions that do nothing).
+    """When a table is compacted: once it has ``min_files`` small files that compaction can combine, that
+    is two or more in one partition (a lone small file in a partition stays as it is, so it must not keep
+    triggering compactions that do nothing).
+
+    A file is small when it is smaller than half of ``target_file_size`` (:attr:`small_file_size`), so any
+    two small files fit one compacted file. A file of half the target or more is not counted: two of them
+    never share a bin (both engines bin files up to the target), and compaction itself leaves a table full
+    of them (each bin's output). Counting them made a table that holds ``min_files`` of them due after
+    every batch, forever, each compaction rewriting near-target files to take in that batch's file. The
+    ``spark`` engine's ``OPTIMIZE`` is given the same bound (``minFileSize``), so it rewrites the files
+    counted here; delta-rs (which bins every file up to the target) may also top up such a file with small
+    ones, which brings it to at most the target, after which it is left alone.
 
     Raises:
         ValueError: ``min_files`` below 2 or ``target_file_size`` below 1.
@@ -74,19 +83,26 @@ class CompactionPolicy:
         if self.target_file_size < 1:
             raise ValueError(f"target_file_size must be >= 1, got {self.target_file_size}")
 
+    @property
+    def small_file_size(self) -> int:
+        """Files smaller than this many bytes are small: half of ``target_file_size``, rounded up (two files
+        of at most ``small_file_size - 1`` bytes are together smaller than ``target_file_size``)."""
+        return (self.target_file_size + 1) // 2
+
     @classmethod
     def from_config(cls, cfg: Any) -> "CompactionPolicy":
         """The policy of ``sink.compaction`` (a :class:`~ticdc_delta.config.CompactionConfig`)."""
         return cls(min_files=cfg.min_files, target_file_size=cfg.target_file_size)
 
     def compactable(self, sizes: Mapping[Any, Iterable[int]]) -> int:
-        """How many files compaction would combine: the small files of every partition holding two or more.
+        """How many files compaction would combine: the small files (smaller than :attr:`small_file_size`)
+        of every partition holding two or more.
 
         ``sizes``: the sizes (bytes) of a table's files per partition (``()`` for an unpartitioned table).
         """
         total = 0
         for part in sizes.values():
-            small = sum(1 for size in part if size < self.target_file_size)
+            small = sum(1 for size in part if size < self.small_file_size)
             if small >= 2:
                 total += small
         return total
