@@ -23,6 +23,8 @@ __all__ = [
     "TruncatedMessageError",
     "UnsupportedVersionError",
     "SchemaNotFoundError",
+    "UnknownSchemaIdError",
+    "SchemaRegistryUnavailableError",
     "CompressionError",
     "LargeMessageError",
     "HandleKeyOnlyError",
@@ -207,6 +209,21 @@ class EncodeError(TerminalError):
 
 class ConfigError(TerminalError):
     """Invalid configuration; the message names the YAML path of the bad value."""
+
+
+class UnknownSchemaIdError(ConfigError):
+    """An Avro message, well framed, whose schema id the job's schemas do not hold: not among
+    ``source.avro_schemas``, or not registered under the topic's subjects of ``source.schema_registry``
+    (soft-deleted versions included). Not a dead letter: the message is fine, its schema is missing, and
+    every message of that schema would be lost; the job stops, naming the id and the message's
+    coordinates (topic, partition, offset) and what to add. Raised on the executors."""
+
+
+class SchemaRegistryUnavailableError(TransientError):
+    """The Schema Registry (``source.schema_registry``) could not be reached or answered with a server
+    error; or an Avro message's schema id is not among the schemas the job holds while the registry could
+    not be listed for the batch (it may well know the id). The batch is retried, no message is
+    dead-lettered."""
 
 
 class BrokerUnavailableError(TransientError):

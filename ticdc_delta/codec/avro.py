@@ -43,13 +43,19 @@ unknown there. :func:`table_params` / :meth:`AvroSchemas.table_params_for` read 
 encoder writes it when given ``column_params``.
 
 Schema ids resolve through :class:`AvroSchemas`: local ``.avsc`` files, a Schema Registry client, or a
-picklable snapshot the driver ships to Spark executors (no network calls there).
+picklable snapshot the driver ships to Spark executors (no network calls there;
+:meth:`AvroSchemas.for_executors`). A message of an id missing from a job's shipped snapshot is no dead
+letter: its schema is missing, not the message broken, so the job stops
+(:class:`~ticdc_delta.errors.UnknownSchemaIdError`), or retries the batch when the registry could not be
+listed (:class:`~ticdc_delta.errors.SchemaRegistryUnavailableError`).
 """
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
+import logging
 import os
 import re
 import struct
@@ -66,8 +72,10 @@ from ..errors import (
     EncodeError,
     FramingError,
     SchemaNotFoundError,
-    TransientError,
+    SchemaRegistryUnavailableError,
+    TicdcDeltaError,
     TruncatedMessageError,
+    UnknownSchemaIdError,
     preview,
 )
 from .base import Message, parse_bool_option
@@ -84,7 +92,11 @@ from .model import (
     column_flag,
 )
 
-__all__ = ["AvroSchemas", "AvroDecoder", "AvroEncoder", "PROTOCOL", "sanitize_name", "table_params"]
+__all__ = [
+    "AvroSchemas", "ShippedSchemas", "AvroDecoder", "AvroEncoder", "PROTOCOL", "sanitize_name", "table_params",
+]
+
+log = logging.getLogger(__name__)
 
 PROTOCOL = "avro"
 
@@ -188,6 +200,62 @@ def _status(exc: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
+_REFUSED = {
+    401: "the credentials are missing or wrong (basic.auth.user.info, bearer.auth.*)",
+    403: "the credentials lack the permission (the registry's ACLs)",
+}
+
+
+def _registry_failure(exc: BaseException, what: str) -> TicdcDeltaError:
+    """The typed error for a registry call ``what`` (``"lookup of id 7"``) that failed with ``exc``, 404
+    aside: HTTP 401/403 are bad credentials or a forbidden subject, which no retry mends (the message
+    names the status, never the credentials nor what the registry answered); anything else (unreachable,
+    a timeout, 5xx) is worth a retry."""
+    status = _status(exc)
+    if status in _REFUSED:
+        return ConfigError(
+            f"source.schema_registry: the schema registry refused the {what} with HTTP {status}: "
+            f"{_REFUSED[status]}"
+        )
+    return SchemaRegistryUnavailableError(f"schema registry {what} failed: {_bad_exc(exc)}")
+
+
+def _deleted_too(method: Callable[..., Any]) -> dict[str, bool]:
+    """``{"deleted": True}`` when a registry client's ``get_versions``/``get_version`` takes it
+    (confluent-kafka's client and its mock do); a duck-typed client without it lists what it lists."""
+    try:
+        params = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C method without a signature
+        return {}
+    takes = any(p.name == "deleted" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    return {"deleted": True} if takes else {}
+
+
+_FILES, _REGISTRY = "files", "registry"
+
+
+class ShippedSchemas(dict[int, str]):
+    """The schemas a job's driver ships to its executors (the ``avro_schemas`` of
+    :class:`~ticdc_delta.spark.decode.DecoderSpec`): id → schema JSON, and where they came from, so
+    that an executor meeting an id that is not among them stops the job with the right advice instead of
+    dead-lettering the message (see :meth:`AvroSchemas.for_executors`).
+
+    ``source``: ``"files"`` (``source.avro_schemas``) or ``"registry"`` (``source.schema_registry``);
+    ``registry_down``: the registry could not be listed for this batch, so the ids are those of an
+    earlier one and an unknown id is worth a retry.
+    """
+
+    def __init__(self, schemas: Mapping[int, str], source: str, registry_down: bool = False) -> None:
+        if source not in (_FILES, _REGISTRY):
+            raise ValueError(f"source must be {_FILES!r} or {_REGISTRY!r}, got {source!r}")
+        super().__init__(schemas)
+        self.source = source
+        self.registry_down = bool(registry_down)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ShippedSchemas, (dict(self), self.source, self.registry_down))
+
+
 def _check_schema_json(text: str, where: str) -> str:
     """``text`` if it is a JSON object (an Avro record schema); unwraps a registry ``{"schema": ...}``.
 
@@ -220,14 +288,17 @@ class AvroSchemas:
 
     Build one with :meth:`from_files`, :meth:`from_registry` or ``AvroSchemas({id: schema_json})``.
     Resolved schemas are cached. A registry-backed source does network calls and does not pickle; on
-    the driver, call :meth:`snapshot` for a dict-backed copy that pickles and resolves without network
-    (what Spark executors need). :meth:`register` adds a schema (the encoder's side).
+    the driver, call :meth:`snapshot` for a dict-backed copy that pickles and resolves without network,
+    or :meth:`for_executors` for what a job's Spark executors get each batch. :meth:`register` adds a
+    schema (the encoder's side).
 
     Schemas are JSON strings; the decoder parses each id once and caches the result.
     """
 
     def __init__(self, schemas: Mapping[int, str] | None = None) -> None:
-        """A dict-backed source (what :meth:`snapshot` returns).
+        """A dict-backed source (what :meth:`snapshot` returns). Given a :class:`ShippedSchemas` (on an
+        executor), an unknown id raises what :meth:`unknown_id_error` says instead of
+        :class:`SchemaNotFoundError`.
 
         Raises:
             TypeError, ValueError: an id that is not a 4-byte unsigned int, or a schema that is not a
@@ -236,6 +307,11 @@ class AvroSchemas:
         self._known: dict[int, str] = {}
         self._subjects: dict[str, list[int]] = {}
         self._client: Any = None
+        self._shipped: tuple[str, bool] | None = None  # (source, registry_down) of a ShippedSchemas
+        if isinstance(schemas, ShippedSchemas):
+            self._shipped = (schemas.source, schemas.registry_down)
+        self._listed: dict[str, tuple[int, ...]] = {}  # for_executors: each subject's ids as last listed
+        self._registry_down = False  # for_executors: the last call could not list some subject
         for sid, text in (schemas or {}).items():
             if not isinstance(text, str):
                 raise TypeError(f"schema {sid!r} must be a JSON string, got {type(text).__name__}")
@@ -290,7 +366,9 @@ class AvroSchemas:
             SchemaNotFoundError: neither the cache/files nor the registry know the id (no message
                 coordinates: the decoder adds them).
             DecodeError: the registry's schema for the id is not an Avro schema.
-            TransientError: the registry failed otherwise (unreachable, 5xx); worth retrying.
+            ConfigError: the registry refused the credentials (HTTP 401/403).
+            SchemaRegistryUnavailableError: the registry failed otherwise (unreachable, 5xx); worth
+                retrying.
         """
         text = self._known.get(schema_id)
         if text is not None:
@@ -306,7 +384,7 @@ class AvroSchemas:
                 raise SchemaNotFoundError(
                     PROTOCOL, f"unknown schema id {schema_id}: the schema registry has none ({exc})"
                 ) from exc
-            raise TransientError(f"schema registry lookup of id {schema_id} failed: {_bad_exc(exc)}") from exc
+            raise _registry_failure(exc, f"lookup of id {schema_id}") from exc
         kind = getattr(found, "schema_type", None) or "AVRO"
         text = getattr(found, "schema_str", None)
         if kind != "AVRO" or not isinstance(text, str):
@@ -322,18 +400,17 @@ class AvroSchemas:
 
         Raises:
             EncodeError: the registry refused the schema (e.g. 409, incompatible with the subject).
-            TransientError: the registry failed otherwise.
+            ConfigError: the registry refused the credentials (HTTP 401/403).
+            SchemaRegistryUnavailableError: the registry failed otherwise.
         """
         if self._client is not None:
             try:
                 sid = int(self._client.register_schema(subject, _registry_schema(schema_json)))
             except Exception as exc:  # noqa: BLE001
                 status = _status(exc)
-                if status is not None and 400 <= status < 500:
+                if status is not None and 400 <= status < 500 and status not in _REFUSED:
                     raise EncodeError(f"schema registry refused a schema for {subject}: {exc}") from exc
-                raise TransientError(
-                    f"schema registry registration for {subject} failed: {_bad_exc(exc)}"
-                ) from exc
+                raise _registry_failure(exc, f"registration for {subject}") from exc
         else:
             sid = zlib.crc32(schema_json.encode()) & 0x7FFFFFFF
             while self._known.get(sid, schema_json) != schema_json:
@@ -348,16 +425,112 @@ class AvroSchemas:
         """A dict-backed, picklable copy holding ``ids`` and every version of ``subjects``.
 
         ``ids=None`` and no subjects: every schema resolved so far. Subjects are listed through the
-        registry (``get_versions``/``get_version``) when registry-backed, else from :meth:`register`.
+        registry (``get_versions``/``get_version``, soft-deleted versions included) when registry-backed,
+        else from :meth:`register`.
 
         Raises:
             SchemaNotFoundError: an id or subject that cannot be resolved.
-            TransientError: the registry failed.
+            ConfigError: the registry refused the credentials (HTTP 401/403).
+            SchemaRegistryUnavailableError: the registry failed.
         """
         wanted = set(self._known) if ids is None and not subjects else {_schema_id(i) for i in ids or ()}
         for subject in subjects:
             wanted.update(self._subject_ids(subject))
         return AvroSchemas({sid: self.get(sid) for sid in sorted(wanted)})
+
+    def for_executors(self, subjects: Iterable[str] = ()) -> ShippedSchemas:
+        """What a job's driver ships to its Spark executors for a batch: every schema resolved so far and
+        every version of ``subjects`` (a registry's ``<topic>-key`` / ``<topic>-value``), as a picklable
+        :class:`ShippedSchemas`.
+
+        Versions are listed soft-deleted ones included: deleting a subject's versions (not permanently)
+        is the usual way past a compatibility failure, and the registry still serves them by id to the
+        old messages in Kafka that carry them. A subject the registry has nothing under ships nothing.
+
+        A registry outage does not stop a job whose schemas are at hand: when a subject cannot be listed
+        (unreachable, 5xx) but was listed by an earlier call, its ids of then are shipped, marked
+        ``registry_down`` (a warning is logged once per outage); a message of a schema registered
+        meanwhile then fails its batch with :class:`SchemaRegistryUnavailableError`, to be retried.
+
+        Raises:
+            SchemaRegistryUnavailableError: the registry failed for a subject never listed before.
+            ConfigError: the registry refused the credentials (HTTP 401/403).
+        """
+        down: list[tuple[str, SchemaRegistryUnavailableError]] = []
+        for subject in subjects:
+            try:
+                ids = tuple(self._subject_schemas(subject))
+            except SchemaRegistryUnavailableError as exc:
+                if subject not in self._listed:
+                    raise
+                down.append((subject, exc))
+                continue
+            self._listed[subject] = ids
+        if down and not self._registry_down:
+            held = {sid for subject, _ in down for sid in self._listed[subject]}
+            log.warning(
+                "the schema registry could not be listed (%s): going on with the %d schemas of %s listed "
+                "before; a message of a schema registered since fails its batch, to be retried",
+                down[0][1], len(held), ", ".join(repr(s) for s, _ in down),
+            )
+        elif self._registry_down and not down:
+            log.info("the schema registry answers again")
+        self._registry_down = bool(down)
+        source = _REGISTRY if self._client is not None else _FILES
+        return ShippedSchemas({sid: self._known[sid] for sid in sorted(self._known)}, source, bool(down))
+
+    def _subject_schemas(self, subject: str) -> list[int]:
+        """The ids of ``subject`` whose schemas are now in the cache (none when nothing is registered
+        under it; an id the registry lists but does not serve is left out: a message of it stops the
+        job as an unknown id).
+
+        Raises:
+            SchemaRegistryUnavailableError, ConfigError: see :meth:`get`.
+        """
+        try:
+            ids = self._subject_ids(subject)
+        except SchemaNotFoundError:
+            return []  # nothing registered for this topic yet
+        found = []
+        for sid in ids:
+            try:
+                self.get(sid)
+            except SchemaNotFoundError:
+                continue
+            found.append(sid)
+        return found
+
+    def unknown_id_error(self, schema_id: int, ctx: DecodeContext, part: str) -> TicdcDeltaError | None:
+        """What an unknown ``schema_id`` of a message raises when this source is a job's
+        :class:`ShippedSchemas` (``None`` otherwise: a :class:`SchemaNotFoundError`, a dead letter).
+
+        :class:`UnknownSchemaIdError` (the job stops: add the schema to ``source.avro_schemas``, or the
+        registry does not know it), or :class:`SchemaRegistryUnavailableError` when the registry could
+        not be listed for the batch (it may know the id: retry). Names the id and the message's
+        coordinates.
+        """
+        if self._shipped is None:
+            return None
+        source, registry_down = self._shipped
+        topic, partition, offset = ctx
+        where = f"{PROTOCOL}: {part} schema id {schema_id} of the message at {topic}[{partition}]@{offset}"
+        if source == _FILES:
+            return UnknownSchemaIdError(
+                f"{where} is not among the {len(self._known)} schemas of source.avro_schemas: add its file "
+                f"there (the registry's answer to GET /schemas/ids/{schema_id} saved as is will do) and start "
+                "the job again; no message was dead-lettered for it"
+            )
+        if registry_down:
+            return SchemaRegistryUnavailableError(
+                f"{where} is not among the {len(self._known)} schemas the job holds, and the schema registry "
+                "could not be listed for this batch: worth a retry once it answers"
+            )
+        subject = f"{_sanitize_topic(str(topic))}-{part}"
+        return UnknownSchemaIdError(
+            f"{where}: the schema registry does not know it (not registered under subject {subject!r}, "
+            "soft-deleted versions included: deleted permanently, or another registry than the "
+            "changefeed's; check source.schema_registry); no message was dead-lettered for it"
+        )
 
     def table_params_for(self, ids: Iterable[int]) -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
         """:func:`table_params` of the schemas ``ids``, merged per table: ``{(schema, table): {column:
@@ -368,7 +541,8 @@ class AvroSchemas:
         known (say, retyped to INT) is dropped. Every table of ``ids`` has an entry, possibly empty.
 
         Raises:
-            SchemaNotFoundError, TransientError: an id that cannot be resolved (see :meth:`get`).
+            SchemaNotFoundError, SchemaRegistryUnavailableError, ConfigError: an id that cannot be resolved
+                (see :meth:`get`).
             DecodeError: a schema that is not a TiCDC Avro schema (names the id).
             TypeError, ValueError: an id that is not a 4-byte unsigned int.
         """
@@ -393,13 +567,16 @@ class AvroSchemas:
             if subject not in self._subjects:
                 raise SchemaNotFoundError(PROTOCOL, f"no schema registered under subject {subject!r}")
             return list(self._subjects[subject])
+        # soft-deleted versions too: the registry still serves them by id (see for_executors)
+        client = self._client
         try:
-            versions = self._client.get_versions(subject)
-            ids = [int(self._client.get_version(subject, v).schema_id) for v in versions]
+            versions = client.get_versions(subject, **_deleted_too(client.get_versions))
+            deleted = _deleted_too(client.get_version)
+            ids = [int(client.get_version(subject, v, **deleted).schema_id) for v in versions]
         except Exception as exc:  # noqa: BLE001
             if _status(exc) == 404:
                 raise SchemaNotFoundError(PROTOCOL, f"the schema registry has no subject {subject!r}") from exc
-            raise TransientError(f"schema registry listing of {subject} failed: {_bad_exc(exc)}") from exc
+            raise _registry_failure(exc, f"listing of {subject}") from exc
         if not ids:  # confluent's mock answers [] where the real registry answers 404
             raise SchemaNotFoundError(PROTOCOL, f"the schema registry has no subject {subject!r}")
         return ids
@@ -409,6 +586,8 @@ class AvroSchemas:
             raise TypeError(
                 "a registry-backed AvroSchemas does not pickle; ship schemas.snapshot(...) to executors"
             )
+        if self._shipped is not None:
+            return (AvroSchemas, (ShippedSchemas(self._known, *self._shipped),))
         return (AvroSchemas, (dict(self._known),))
 
     def __repr__(self) -> str:
@@ -1243,6 +1422,13 @@ class AvroDecoder:
             raise DecodeError(PROTOCOL, f"{part}: schema id {sid} {self._broken[sid]}", *ctx)
         try:
             text = self._schemas.get(sid)
+        except SchemaNotFoundError as exc:
+            # a well-framed message of a schema the job's driver did not ship: its schema is missing, not
+            # the message broken; stop (or retry) rather than dead-letter every message of that schema
+            unknown = self._schemas.unknown_id_error(sid, ctx, part)
+            if unknown is not None:
+                raise unknown from exc
+            raise exc.with_context(*ctx) from exc
         except DecodeError as exc:
             raise exc.with_context(*ctx) from exc
         try:
@@ -1317,8 +1503,12 @@ class AvroDecoder:
             FramingError: a key or value without the magic byte.
             TruncatedMessageError: shorter than the header, or a record that ends early.
             SchemaNotFoundError: an unknown schema id.
+            UnknownSchemaIdError: an unknown schema id, with a job's shipped schemas
+                (:meth:`AvroSchemas.unknown_id_error`).
             DecodeError: invalid Avro, trailing bytes, a key/value mismatch, a bad extension field.
-            TransientError: the schema registry failed (registry-backed schemas only).
+            ConfigError: ``enable-tidb-extension=true`` and a value schema without the extension fields.
+            SchemaRegistryUnavailableError: the schema registry failed (registry-backed schemas only), or
+                an unknown schema id while a job's registry could not be listed.
         """
         if value:
             reader = self._fast.get(value[:_HEADER] + key[:_HEADER] if key else value[:_HEADER])
@@ -1372,9 +1562,15 @@ class AvroDecoder:
                 raise DecodeError(PROTOCOL, f"value: expected {_OP} \"c\" or \"u\", got {tidb_op[:20]!r}", *ctx)
             commit_ts = _wrap_u64(record[_COMMIT_TS])
         elif self._require_extension:
-            raise DecodeError(
-                PROTOCOL, f"value: schema id {vplan.schema_id} has no {_OP}/{_COMMIT_TS} fields but "
-                "enable-tidb-extension=true", *ctx,
+            # the changefeed sends no TiDB extension: a setting that does not match it, not a bad message
+            # (each message would be dead-lettered and its row lost while the job goes on)
+            topic, partition, offset = ctx
+            raise ConfigError(
+                f"source.options: enable-tidb-extension is {self._options['enable-tidb-extension']!r}, but the "
+                f"value schema id {vplan.schema_id} ({vplan.schema}.{vplan.table}) of the message at "
+                f"{topic}[{partition}]@{offset} has no {_OP}/{_COMMIT_TS} fields: the changefeed does not "
+                "send the TiDB extension; set enable-tidb-extension to false (the fields are still read "
+                "where a schema has them) or make it match the changefeed's sink URI"
             )
         event = _tuple_new(RowChange, (commit_ts, vplan.schema, vplan.table, op, columns, None, ctx))
         return [cast(RowChange, event)]
@@ -1706,7 +1902,9 @@ class AvroEncoder:
         Raises:
             EncodeError: a DDL or resolved event, a value the column's type cannot carry, a delete
                 without key columns, a registry that refuses a schema.
-            TransientError: the schema registry failed (registry-backed schemas only).
+            ConfigError: the schema registry refused the credentials (HTTP 401/403).
+            SchemaRegistryUnavailableError: the schema registry failed otherwise (registry-backed schemas
+                only).
         """
         out: list[Message] = []
         for event in events:

@@ -283,23 +283,25 @@ class BatchHandler:
             self._engine.close()
 
     def _decoder_spec(self) -> DecoderSpec:
+        """What the executors decode the batch with: for Avro, every schema the driver resolves.
+
+        Executors are other processes: every schema of the topics' subjects is resolved here, on the
+        driver (TiCDC registers under TopicNameStrategy: ``<topic>-key`` / ``<topic>-value``), soft-deleted
+        versions included, and shipped with where it came from, so that a message of an id not among them
+        stops the job instead of going to the dead-letter table. A registry that cannot be listed while the
+        subjects were listed in an earlier batch does not stop the job: the schemas of then are shipped
+        (:meth:`~ticdc_delta.codec.avro.AvroSchemas.for_executors`).
+
+        Raises:
+            SchemaRegistryUnavailableError: the registry failed for a subject never listed before.
+            ConfigError: the registry refused the credentials (HTTP 401/403).
+        """
         schemas: dict[int, str] = {}
         if self._avro is not None:
-            # Executors are other processes: resolve every schema of the topics' subjects here, on the
-            # driver (TiCDC registers under TopicNameStrategy: "<topic>-key" / "<topic>-value").
             from ..codec.avro import _sanitize_topic
-            from ..errors import SchemaNotFoundError
 
-            ids = set(self._avro.known_ids)
-            if self._avro_registry:
-                for t in self.cfg.topics:
-                    for part in ("key", "value"):
-                        try:
-                            ids |= self._avro.snapshot((), [f"{_sanitize_topic(t)}-{part}"]).known_ids
-                        except SchemaNotFoundError:
-                            pass  # nothing registered for this topic yet
-            snap = self._avro.snapshot(sorted(ids))
-            schemas = {i: snap.get(i) for i in snap.known_ids}
+            subjects = [f"{_sanitize_topic(t)}-{part}" for t in self.cfg.topics for part in ("key", "value")]
+            schemas = self._avro.for_executors(subjects if self._avro_registry else ())
         upstream = self.cfg.source.upstream_settings(self.cfg.sink.source_timezone)
         return DecoderSpec(self.cfg.source.protocol, dict(self.cfg.source.options), schemas, upstream)
 

@@ -39,7 +39,9 @@ from ticdc_delta.errors import (
     ClaimCheckUnavailableError,
     ConfigError,
     KafkaDataLossError,
+    SchemaRegistryUnavailableError,
     TicdcDeltaError,
+    UnknownSchemaIdError,
     UpstreamUnavailableError,
 )
 
@@ -620,6 +622,10 @@ _ERROR_TYPES: dict[str, type[TicdcDeltaError]] = {
     # raised on the executors by the handle-key-only lookup (source.upstream): the database is down
     "UpstreamUnavailableError": UpstreamUnavailableError,
     "KafkaDataLossError": KafkaDataLossError,
+    # raised on the executors by the Avro decoder: a schema id the job's schemas lack (terminal), or one
+    # met while the schema registry could not be listed (retryable)
+    "UnknownSchemaIdError": UnknownSchemaIdError,
+    "SchemaRegistryUnavailableError": SchemaRegistryUnavailableError,
     "ConfigError": ConfigError,
 }
 _ERROR_IN_TEXT = re.compile(r"(?:ticdc_delta\.[\w.]+\.)?(" + "|".join(_ERROR_TYPES) + r"): ([^\n]*)")
