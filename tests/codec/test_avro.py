@@ -904,12 +904,20 @@ def test_table_params_for_merges_versions_in_order() -> None:
         ("test", "u"): {},
     }
     assert schemas.table_params_for([2, 1])[("test", "t")] == {
-        "d": {"precision": 10, "scale": 2, "members": None},
+        "d": {"precision": 12, "scale": 4, "members": None},  # a DECIMAL holds the values of both versions
         "e": {"precision": None, "scale": None, "members": ["a", "b"]},
         "f": {"precision": None, "scale": None, "members": ["x"]},
     }
     with pytest.raises(SchemaNotFoundError, match="unknown schema id 4"):
         schemas.table_params_for([1, 4])
+    # (12,4), (10,2), then (12,4) registered again: the registry hands back id 5, so no order of ids says
+    # which came last, and messages of both versions are in Kafka; the column takes the values of both
+    wide, narrow = record_schema([key, decimal("d", 12, 4)]), record_schema([key, decimal("d", 10, 2)])
+    again = AvroSchemas({5: wide, 6: narrow})
+    for order in ([5, 6], [6, 5]):
+        assert again.table_params_for(order)[("test", "t")]["d"] == {"precision": 12, "scale": 4, "members": None}
+    mixed = AvroSchemas({7: record_schema([key, decimal("d", 20, 2)]), 8: record_schema([key, decimal("d", 10, 6)])})
+    assert mixed.table_params_for([7, 8])[("test", "t")]["d"] == {"precision": 24, "scale": 6, "members": None}
 
 
 # --------------------------------------------------------------------------------------------------

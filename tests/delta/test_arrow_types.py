@@ -444,3 +444,22 @@ def test_narrowed_rounds_as_tidb_does(values: list, kind: pa.DataType, how: Narr
 def test_narrowed_refuses_a_time_text_it_cannot_read() -> None:
     with pytest.raises(SinkError, match="cannot round the TIME value"):
         narrowed(pa.array(["noon"]), Narrowing(fsp=0))
+
+
+def test_common_type_holds_the_values_of_both() -> None:
+    """Avro carries no DDL: a retyped column's table holds values of the old type, new messages of the new."""
+    from ticdc_delta.delta.arrow_types import common_type
+
+    d = pa.decimal128
+    assert common_type(pa.int64(), d(10, 2)) == d(21, 2)
+    assert common_type(d(10, 2), pa.int64()) == d(21, 2)
+    assert common_type(pa.int32(), d(10, 2)) == d(12, 2)
+    assert common_type(d(10, 2), d(10, 4)) == d(12, 4)
+    assert common_type(d(12, 4), d(10, 2)) == d(12, 4)  # the table's type holds the narrower one
+    assert common_type(d(10, 2), d(12, 2)) == d(12, 2)
+    assert common_type(pa.int32(), pa.int64()) == pa.int64()
+    assert common_type(pa.int64(), pa.string()) == pa.string()
+    assert common_type(d(38, 0), d(10, 4)) is None  # beyond 38 digits
+    assert common_type(pa.int64(), pa.float64()) is None  # a double holds no int64 exactly
+    assert common_type(pa.string(), pa.int64()) == pa.string()  # a text column takes the numbers as text
+    assert common_type(pa.binary(), pa.string()) is None

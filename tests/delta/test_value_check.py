@@ -430,6 +430,38 @@ def test_a_column_the_applier_widens_is_not_checked_against_the_old_type() -> No
     assert sc.rows([rec]) == [rec]
 
 
+def test_an_avro_column_retyped_without_a_widening_takes_the_values_of_both_types(tmp_path) -> None:
+    """Avro carries no DDL: ``MODIFY n DECIMAL(10,2)`` of an INT column shows only in new schema versions.
+    The table held int64 and its fractional values were dead-lettered for good ("does not fit the int64
+    column"); the applier now widens the column to a decimal holding both, ``decimal(21,2)``."""
+    from deltalake import DeltaTable
+
+    from ticdc_delta.core.batch_planner import RowsStep
+    from ticdc_delta.core.merge import collapse
+    from ticdc_delta.delta.applier import DeltaApplier
+    from ticdc_delta.delta.sink import DeltaRsSink, TableIdent
+
+    sink = DeltaRsSink(str(tmp_path))
+    DeltaApplier(sink, "cf").apply([RowsStep(collapse([change(0, ("n", int(T.INT), N, 7))], KeyResolver()))], 0)
+    catalog = TableCatalog()
+    catalog.set_params("s", "t", "n", TypeParams(10, 2))
+
+    def delta_type(schema: str, table: str, column: str):
+        found = sink.table_schema(TableIdent(schema, table))
+        return None if found is None else {f.name: f.type for f in found}.get(column)
+
+    recs = [change(1, ("n", int(T.DECIMAL), N, "5.25"), id_=2), change(2, ("n", int(T.DECIMAL), N, "12345678.99"), id_=3)]
+    sc = ValueScreen(catalog, delta_type=delta_type)
+    assert sc.rows(recs) == recs and sc.rejections == []
+    applier = DeltaApplier(sink, "cf")
+    applier.catalog.set_params("s", "t", "n", TypeParams(10, 2))
+    applier.apply([RowsStep(collapse(recs, KeyResolver()))], 1)
+    table = DeltaTable(sink.table_path("s", "t")).to_pyarrow_table()
+    assert table.schema.field("n").type == pa.decimal128(21, 2)
+    assert {r["id"]: r["n"] for r in table.to_pylist()} == {1: Decimal("7.00"), 2: Decimal("5.25"),
+                                                           3: Decimal("12345678.99")}
+
+
 @pytest.mark.parametrize("protocol,options", PROTOCOL_OPTIONS[:3], ids=[p for p, _ in PROTOCOL_OPTIONS[:3]])
 def test_the_simulated_changefeed_has_nothing_to_refuse(protocol: str, options: dict[str, str]) -> None:
     """No false refusals: every value a (simulated) TiDB stores, of every column type it generates, passes."""

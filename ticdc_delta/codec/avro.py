@@ -538,7 +538,12 @@ class AvroSchemas:
 
         Schemas are read in the order given (pass a subject's versions oldest first): a later schema's
         view of a column replaces an earlier one's, and a column a later schema declares with nothing
-        known (say, retyped to INT) is dropped. Every table of ``ids`` has an entry, possibly empty.
+        known (say, retyped to INT) is dropped — except a DECIMAL's precision and scale, which hold the
+        values of both: the larger integer digits and the larger scale (``DECIMAL(10,2)`` then
+        ``DECIMAL(10,4)`` is ``DECIMAL(12,4)``). Messages of every version stay in Kafka and a batch mixes
+        them; and a registry hands an earlier version's id back to a schema registered again (``(12,4)``,
+        ``(10,2)``, then ``(12,4)`` again is ids 1, 2, 1), so no order of ids says which came last. Every
+        table of ``ids`` has an entry, possibly empty.
 
         Raises:
             SchemaNotFoundError, SchemaRegistryUnavailableError, ConfigError: an id that cannot be resolved
@@ -558,8 +563,14 @@ class AvroSchemas:
             for name, params in columns.items():
                 if params is None:
                     merged.pop(name, None)
-                else:
-                    merged[name] = params
+                    continue
+                before = merged.get(name)
+                if before is not None and None not in (before.get("precision"), before.get("scale"),
+                                                       params.get("precision"), params.get("scale")):
+                    scale = max(before["scale"], params["scale"])
+                    digits = max(before["precision"] - before["scale"], params["precision"] - params["scale"])
+                    params = {**params, "precision": digits + scale, "scale": scale}
+                merged[name] = params
         return out
 
     def _subject_ids(self, subject: str) -> list[int]:

@@ -20,7 +20,7 @@ from ..core.batch_planner import RowsStep
 from ..core.merge import DELETE, TableChanges
 from ..core.records import DDLRecord
 from ..core.snapshot_seam import SnapshotSeam
-from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, converter_for, widens
+from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, common_type, converter_for
 from .ddl_journal import DDLJournal, JournalEntry
 from .sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, TableSink, Txn, batch_txn
 from ..errors import SinkError
@@ -409,10 +409,12 @@ class DeltaApplier:
     def _widen_drifted(
         self, ident: TableIdent, existing: pa.Schema, col_types: Mapping[str, tuple[int, int]], txn: Txn
     ) -> None:
-        """Widen columns whose type the row images say grew without a DDL (Avro: a new schema version
-        with a larger DECIMAL), through the sink's type change: in place where the ``spark`` engine's
-        type widening can, else a rewrite. Narrower or incompatible types keep the table's type (values
-        that do not fit it fail the merge with a clear error)."""
+        """Widen columns whose type the row images say changed without a DDL (Avro: a new schema version
+        with a larger DECIMAL, or INT made DECIMAL) to a type holding the table's values and the images'
+        (:func:`~.arrow_types.common_type`: ``decimal(10,2)`` then ``decimal(10,4)`` is ``decimal(12,4)``),
+        through the sink's type change: in place where the ``spark`` engine's type widening can, else a
+        rewrite. Narrower types keep the table's type; incompatible ones too (the value screen refuses the
+        values that do not fit it)."""
         want: dict[str, pa.DataType] = {}
         for f in existing:
             spec = col_types.get(f.name) or next(
@@ -421,8 +423,9 @@ class DeltaApplier:
             if spec is None:
                 continue
             target = arrow_type_for(spec[0], spec[1], self.catalog.params(ident.schema, ident.table, f.name))
-            if target != f.type and widens(f.type, target):
-                want[f.name] = target
+            both = common_type(f.type, target)  # (a retyped Avro column: the table holds the old values)
+            if both is not None and both != f.type:
+                want[f.name] = both
         if not want:
             return
         log.info("widening %s of %s.%s from the row images", want, *ident)

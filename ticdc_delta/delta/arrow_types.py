@@ -90,6 +90,7 @@ __all__ = [
     "arrow_type_for",
     "arrow_field_for",
     "converter_for",
+    "common_type",
     "single",
     "convert_value",
     "integer_value",
@@ -845,3 +846,36 @@ def widens(old: pa.DataType, new: pa.DataType) -> bool:
     if pa.types.is_date(old) and pa.types.is_timestamp(new):
         return new.tz is None
     return False
+
+
+_INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
+
+
+def common_type(old: pa.DataType, new: pa.DataType) -> pa.DataType | None:
+    """The narrowest type holding every value of ``old`` and of ``new`` exactly: one of them where it
+    :func:`widens` the other, else, for integers and decimals, the decimal with the integer digits and the
+    scale of the larger (``int64`` and ``decimal(10,2)``: ``decimal(21,2)``; ``decimal(10,2)`` and
+    ``decimal(10,4)``: ``decimal(12,4)``) up to 38 digits; ``None`` when there is none (text and numbers,
+    a double and an integer).
+
+    Avro carries no DDL: a column retyped upstream (``MODIFY c DECIMAL(10,4)`` of a ``DECIMAL(10,2)``, an
+    INT made DECIMAL) shows only in new schema versions, while the table and older messages still hold
+    values of the old type; the table's column must take both."""
+    if old == new or widens(new, old):
+        return old
+    if widens(old, new):
+        return new
+
+    def digits(t: pa.DataType) -> tuple[int, int] | None:  # (integer digits, scale)
+        if pa.types.is_decimal(t):
+            return t.precision - t.scale, t.scale
+        if pa.types.is_integer(t):
+            return _INT_DIGITS[t.bit_width] + (1 if pa.types.is_unsigned_integer(t) and t.bit_width == 64 else 0), 0
+        return None
+
+    a, b = digits(old), digits(new)
+    if a is None or b is None:
+        return None
+    scale = max(a[1], b[1])
+    precision = max(a[0], b[0]) + scale
+    return pa.decimal128(precision, scale) if precision <= 38 else None

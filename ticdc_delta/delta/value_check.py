@@ -42,7 +42,7 @@ from ..codec.model import ColumnFlag, TypeCode
 from ..core.records import ChangeRecord, DDLRecord
 from ..errors import SinkError, preview
 from .applier import TableCatalog
-from .arrow_types import _to_int64, _to_text_decimal, arrow_type_for, converter_for, widens
+from .arrow_types import _to_int64, _to_text_decimal, arrow_type_for, common_type, converter_for
 from .column_convert import DECIMAL, DECIMAL_TEXT, INT, convert_column, kind_of, register
 
 __all__ = ["Rejection", "ValueScreen", "column_name_problem", "describe_rejections", "value_bytes"]
@@ -438,8 +438,8 @@ class ValueScreen:
         elif type_code in _DATES and flags & _KEY and not flags & _NULLABLE:
             check = _key_value(convert)
         existing = self._delta_type(schema, table, name) if self._delta_type is not None else None
-        if existing is None or _plain(existing) == target or widens(_plain(existing), target):
-            return check  # the MERGE writes it as it is, or widens the table first
+        if existing is None or _plain(existing) == target or common_type(_plain(existing), target) is not None:
+            return check  # the MERGE writes it as it is, or the applier widens the table first
         if not self._one_type(schema, table, name, type_code, flags):
             # Two types for one column in one batch (Avro schema drift): the applier types the column by
             # the first; a crash after it added the column would show a re-run another table type than
