@@ -19,6 +19,7 @@ from ticdc_delta.delta.compaction import (
     compact_written_tables,
     delta_rs_compaction,
     files_by_partition,
+    mark_due_tables,
 )
 from ticdc_delta.delta.sink import OP_COLUMN, DeltaRsSink, TableIdent, batch_txn
 
@@ -240,6 +241,51 @@ def test_a_failed_compaction_is_logged_not_raised_and_tried_again_later(
     entry = meta["compaction"]["tables"]["s.t"]
     assert entry["compactions"] == 1 and "failed_batch" not in entry and "error" not in entry
     assert _rows(sink) == rows
+
+
+def test_a_compaction_the_job_does_not_live_through_is_a_failure_the_next_start_backs_off(tmp_path: Path) -> None:
+    """The batch watchdog (batch_timeout) ends the run during a slow compaction, after the batch's state was
+    saved: the restarted job found the table due after its next batch and the watchdog ended that run too,
+    one batch per start. The tables due are marked in the state saved before the compaction; a mark the
+    compaction never cleared is a failure, tried again RETRY_AFTER_BATCHES batches later."""
+    sink = _written(tmp_path, 10)
+    cfg = CompactionConfig(min_files=5, target_file_size="1 MiB")
+    version = DeltaTable(sink.table_path(*T)).version()
+    saved: dict = {}  # the meta saved with batch 9's state
+    mark_due_tables(sink, [T], cfg, saved, 9)
+    assert saved["compaction"]["tables"]["s.t"] == {"started_batch": 9, "started_version": version}
+    # ... the compaction never comes back: the restarted job goes on from that state
+    meta = json.loads(json.dumps(saved))
+    mark_due_tables(sink, [T], cfg, meta, 10)  # before batch 10's save
+    entry = meta["compaction"]["tables"]["s.t"]
+    assert entry["failed_batch"] == 9 and "did not finish" in entry["error"] and "started_batch" not in entry
+    compact_written_tables(sink, [T], cfg, delta_rs_compaction, meta, 10)
+    assert DeltaTable(sink.table_path(*T)).version() == version  # backing off
+    mark_due_tables(sink, [T], cfg, meta, 9 + RETRY_AFTER_BATCHES)
+    assert meta["compaction"]["tables"]["s.t"]["started_batch"] == 9 + RETRY_AFTER_BATCHES
+    compact_written_tables(sink, [T], cfg, delta_rs_compaction, meta, 9 + RETRY_AFTER_BATCHES)
+    entry = meta["compaction"]["tables"]["s.t"]
+    assert DeltaTable(sink.table_path(*T)).version() == version + 1
+    assert entry["compactions"] == 1 and not {"started_batch", "failed_batch", "error"} & set(entry)
+    # a table not due is not marked
+    fresh: dict = {}
+    mark_due_tables(sink, [T], cfg, fresh, 20)
+    assert fresh == {}
+
+
+def test_a_compaction_that_finished_before_the_job_ended_is_no_failure(tmp_path: Path) -> None:
+    """The job ended after the compaction but before the next batch saved the cleared mark (a crash in the
+    next batch): the table's log shows the compaction, so the mark just goes."""
+    sink = _written(tmp_path, 10)
+    cfg = CompactionConfig(min_files=5, target_file_size="1 MiB")
+    saved: dict = {}
+    mark_due_tables(sink, [T], cfg, saved, 9)
+    done = json.loads(json.dumps(saved))
+    compact_written_tables(sink, [T], cfg, delta_rs_compaction, done, 9)  # its record is lost with the crash
+    assert done["compaction"]["tables"]["s.t"]["compactions"] == 1
+    meta = json.loads(json.dumps(saved))
+    mark_due_tables(sink, [T], cfg, meta, 10)
+    assert meta["compaction"]["tables"]["s.t"] == {}
 
 
 def test_files_by_partition_reads_the_snapshot(tmp_path: Path) -> None:

@@ -21,6 +21,14 @@ applies. A compaction that fails (a conflict with another writer, an I/O error) 
 the batch; the table is tried again when a batch writes it :data:`RETRY_AFTER_BATCHES` or more batches
 later. What was done is kept in the state's ``meta["compaction"]`` (saved with the next batch's state,
 shown by ``status``).
+
+A compaction the job does not live through — the batch watchdog (``batch_timeout``) ends the run while a
+slow ``OPTIMIZE`` runs, or the process is killed — counts as failed too. The tables due are found before the
+batch's state is saved and marked there (:func:`mark_due_tables`: ``started_batch`` and the table's
+version); a mark still there when the next batch looks (the job ended before it saved the cleared record)
+is a failure at that batch unless the table's log shows a compaction after the version marked.
+Without it, the restarted job found the table due again after its next batch and the watchdog ended that
+run too: one batch per start, for good.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ __all__ = [
     "column_mapping",
     "delta_rs_compaction",
     "compact_written_tables",
+    "mark_due_tables",
     "table_name",
 ]
 
@@ -199,6 +208,12 @@ def compact_written_tables(
     for ident in dict.fromkeys(tables):
         name = table_name(ident)
         entry = record.get(name, {})
+        changed |= _settle(sink, ident, entry, batch_id)
+        if entry.pop("started_batch", None) is not None:  # (this batch's mark: the compaction is here)
+            entry.pop("started_version", None)
+            changed = True
+        if entry or name in record:
+            record[name] = entry
         failed = entry.get("failed_batch")
         if failed is not None and batch_id - failed < RETRY_AFTER_BATCHES:
             continue
@@ -231,3 +246,66 @@ def compact_written_tables(
     if changed:
         meta["compaction"] = {"tables": record}
     return time.monotonic() - started
+
+
+_UNFINISHED = "did not finish: the job ended while it ran (batch_timeout, or the process was stopped)"
+
+
+def _settle(sink: Any, ident: TableIdent, entry: dict[str, Any], batch_id: int) -> bool:
+    """An earlier batch's mark on ``entry`` (``started_batch``, never cleared: the job ended after the state
+    save, during the compaction or after it): gone when the table's log holds a compaction commit after the
+    version marked, else a failure at that batch. Whether ``entry`` changed."""
+    mark = entry.get("started_batch")
+    if mark is None or mark >= batch_id:
+        return False
+    since = entry.pop("started_version", None)
+    del entry["started_batch"]
+    try:
+        dt = sink.snapshot(ident)
+        done = dt is None or (since is not None and dt.version() > since and any(
+            h.get("operation") == "OPTIMIZE" for h in dt.history(dt.version() - since)))
+    except Exception:  # noqa: BLE001 - unknown: taken as not done (a later try costs a compaction at most)
+        done = False
+    if not done:
+        entry.update(failed_batch=mark, error=_UNFINISHED)
+        log.warning("compaction of %s after batch %d %s; tried again in %d batches", table_name(ident), mark,
+                    _UNFINISHED, RETRY_AFTER_BATCHES)
+    return True
+
+
+def mark_due_tables(
+    sink: Any,
+    tables: Iterable[TableIdent],
+    cfg: Any,
+    meta: MutableMapping[str, Any],
+    batch_id: int,
+) -> None:
+    """Before batch ``batch_id``'s state is saved (``meta``: the state's meta about to be saved): mark each
+    of ``tables`` that :func:`compact_written_tables` will compact after the save (due, not backing off)
+    with ``started_batch``, so that a compaction the job does not live through is a failure the next start
+    backs off from instead of running it again at once; earlier marks still there become failures. Never
+    raises: a table whose file list cannot be read is left unmarked (the compaction reports it)."""
+    if not cfg.enabled:
+        return
+    policy = CompactionPolicy.from_config(cfg)
+    record = {k: dict(v) for k, v in (meta.get("compaction") or {}).get("tables", {}).items()}
+    changed = False
+    for ident in dict.fromkeys(tables):
+        name = table_name(ident)
+        entry = record.get(name, {})
+        if _settle(sink, ident, entry, batch_id):
+            record[name] = entry
+            changed = True
+        failed = entry.get("failed_batch")
+        if failed is not None and batch_id - failed < RETRY_AFTER_BATCHES:
+            continue
+        try:
+            dt = sink.snapshot(ident)
+            if dt is None or not policy.due(files_by_partition(dt)):
+                continue
+        except Exception:  # noqa: BLE001 - the compaction after the save tries and reports it
+            continue
+        record[name] = {**entry, "started_batch": batch_id, "started_version": dt.version()}
+        changed = True
+    if changed:
+        meta["compaction"] = {"tables": record}

@@ -446,6 +446,8 @@ class BatchHandler:
                     "implausible_ts": len(plan.rejected),
                     "snapshot_dropped": plan.snapshot_dropped},
         )
+        self._mark_compactions(meta, applier.written_tables, bool(errors or screen.rejections or plan.rejected),
+                               batch_id)
         self._fault("before_state", batch_id)
         t_state = time.monotonic()
         self.store.save(
@@ -463,6 +465,16 @@ class BatchHandler:
                                            delta_rs_compaction, batch_id)
         self._progress(batch_id, offsets, counts, plan, result, len(errors) + len(screen.rejections),
                        time.monotonic() - started, timings, values=len(screen.rejections))
+
+    def _mark_compactions(self, meta: dict, written: Any, dead_letters: bool, batch_id: int) -> None:
+        """Mark in ``meta`` (batch ``batch_id``'s state, about to be saved) the tables :meth:`_compact` will
+        compact after the save (:func:`~ticdc_delta.delta.compaction.mark_due_tables`)."""
+        from ..delta.compaction import mark_due_tables
+
+        policy = self.cfg.sink.compaction
+        mark_due_tables(self.sink, written, policy, meta, batch_id)
+        if dead_letters:
+            mark_due_tables(self.dead_letters, [DEAD_LETTER_IDENT], policy, meta, batch_id)
 
     def _compact(self, written: Any, dead_letters: bool, compact: Any, batch_id: int) -> float:
         """Small-file compaction after batch ``batch_id``'s state is saved (either engine, with its

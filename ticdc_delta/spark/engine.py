@@ -1045,6 +1045,7 @@ class SparkEngine:
             meta["held_by_table"] = held_by_table  # for `status` (the rows are in the staging table)
             meta["held_layouts"] = [[schema, table, sorted(sigs), n]
                                     for (schema, table), (sigs, n) in sorted(next_layouts.items())]
+            h._mark_compactions(meta, applier.written_tables, bool(counts["error"] + n_values + implausible), batch_id)
             h._fault("before_state", batch_id)
             h.store.save(
                 batch_id,
@@ -1056,17 +1057,18 @@ class SparkEngine:
             h.batches += 1
             timings["state"] = time.monotonic() - t_state
             h._fault("after_state", batch_id)
+            if rows_held and not self._staging_tuned:
+                self._tune_staging(spark)
+            # now and then; batch 0 too, the first after a reset (the old epoch's rows are never read again);
+            # before the compaction, which a batch watchdog may not let finish
+            if staged_batch is not None and batch_id % 16 == 0:
+                self._clean_staging(spark, meta["staging_batch"], meta["staging_app"])
             # small-file compaction of the tables written (after the state: it never fails the batch)
             from .compaction import spark_compaction
             if self._compaction is None:
                 self._compaction = spark_compaction(spark)
             timings["compact"] = h._compact(applier.written_tables, bool(counts["error"] + n_values + implausible),
                                             self._compaction, batch_id)
-            if rows_held and not self._staging_tuned:
-                self._tune_staging(spark)
-            # now and then; batch 0 too, the first after a reset (the old epoch's rows are never read again)
-            if staged_batch is not None and batch_id % 16 == 0:
-                self._clean_staging(spark, meta["staging_batch"], meta["staging_app"])
             progress = _Progress(dict(plan.topic_watermarks), held, replays, plan.snapshot_dropped)
             h._progress(batch_id, offsets, counts, progress, result, counts["error"] + n_values,
                         time.monotonic() - started, timings, values=n_values, implausible=implausible,
