@@ -91,3 +91,46 @@ def test_progress_lines_reach_stdout_whatever_the_log_level(capsys: pytest.Captu
             if h not in root.handlers:
                 root.addHandler(h)
         logging.getLogger("ticdc_delta.progress").setLevel(saved[2])
+
+
+STORAGE_OUTAGES = {
+    "S3 throttling": "An error occurred while calling o412.execute.\n: org.apache.hadoop.fs.s3a.AWSServiceThrottledException: "
+                     "PUT 0000000042.json on s3a://lake/t/_delta_log: software.amazon.awssdk.services.s3.model.S3Exception: "
+                     "Please reduce your request rate. (Service: S3, Status Code: 503, Request ID: X):SlowDown",
+    "S3 connection refused": "An error occurred while calling o412.execute.\n: org.apache.hadoop.fs.s3a.AWSClientIOException: "
+                             "getFileStatus on s3a://lake/t/_delta_log: Unable to execute HTTP request: Connect to "
+                             "lake.s3.amazonaws.com:443 failed: Connection refused",
+    "socket timeout": "An error occurred while calling o77.save.\n: java.net.SocketTimeoutException: Read timed out",
+    "HDFS NameNode away": "java.net.ConnectException: Call From worker/10.0.0.5 to namenode:8020 failed on connection "
+                          "exception: java.net.ConnectException: Connection refused",
+}
+
+
+@pytest.mark.parametrize("text", STORAGE_OUTAGES.values(), ids=list(STORAGE_OUTAGES))
+def test_a_storage_outage_on_sparks_side_is_retryable(text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The spark engine's tables and every Spark checkpoint are written through Hadoop: S3 throttling or a
+    NameNode away arrived as an untyped Py4J error and exited 1 (terminal), where the same failure through
+    delta-rs exits 75."""
+    import types
+
+    from ticdc_delta.config import load_config
+    from ticdc_delta.spark import job
+
+    class Py4JJavaError(Exception):  # stands in for py4j's: only its text is read
+        pass
+
+    cfg = load_config(_config(tmp_path, str(tmp_path / "ckpt")))
+    err = job._unwrap(RuntimeError("[STREAM_FAILED] Query terminated with exception: " + text),
+                      types.SimpleNamespace(error=Py4JJavaError(text), cfg=cfg))
+    assert type(err).__name__ == "StorageUnavailableError" and getattr(err, "retryable", False)
+
+    def failing(*args: object, **kwargs: object) -> int:
+        raise err
+
+    monkeypatch.setattr(job, "run_job", failing)
+    assert main(["run", "--config", _config(tmp_path, str(tmp_path / "ckpt")), "--once"]) == EXIT_RETRYABLE
+    assert capsys.readouterr().err.count("\n") == 1
+    # denied access stays terminal
+    denied = Py4JJavaError("java.nio.file.AccessDeniedException: s3a://lake/t: getFileStatus: 403 Forbidden")
+    assert job._unwrap(RuntimeError("x"), types.SimpleNamespace(error=denied, cfg=cfg)) is denied

@@ -297,11 +297,10 @@ def _stop_spark() -> None:
         return
     from pyspark.sql import SparkSession
 
-    session = SparkSession.getActiveSession()
-    if session is None:
-        return
-    try:
-        session.stop()
+    try:  # (asking for the session is a call into the JVM too, which may be gone: killed, out of memory)
+        session = SparkSession.getActiveSession()
+        if session is not None:
+            session.stop()
     except Exception:  # noqa: BLE001 - the error being reported matters, not a failed stop
         log.debug("stopping the Spark session failed", exc_info=True)
     sys.stderr.flush()

@@ -66,8 +66,15 @@ def build_handler(cfg: JobConfig) -> BatchHandler:
 
 def _unwrap(exc: BaseException, handler: BatchHandler) -> BaseException:
     """The typed error behind a Spark exception: the handler's own, else the source's or the JVM's
-    (found in the text of the handler's error or of ``exc``), else ``exc`` itself."""
-    from ..errors import TicdcDeltaError
+    (found in the text of the handler's error or of ``exc``), else ``exc`` itself.
+
+    A storage failure on Spark's side (Hadoop's filesystems write the ``spark`` engine's tables, its staging
+    and dead-letter tables, and the Spark checkpoint of either engine) that says the storage could not be
+    reached or was overloaded — S3 throttling (503 SlowDown), a connection refused, a socket timeout, an
+    HDFS NameNode away — is :class:`~ticdc_delta.errors.StorageUnavailableError` (exit 75), as the same
+    failure through delta-rs is; it ended the job as terminal (exit 1)."""
+    from ..delta.sink import storage_unreachable
+    from ..errors import StorageUnavailableError, TicdcDeltaError, one_line
     from .checkpoint import concurrent_job_error
     from .kafka_source import unwrap_source_error
 
@@ -79,6 +86,11 @@ def _unwrap(exc: BaseException, handler: BatchHandler) -> BaseException:
         typed = unwrap_source_error(candidate) or concurrent_job_error(candidate, handler.cfg.checkpoint)
         if typed is not None:
             return typed
+    for candidate in (handler.error, exc):
+        if candidate is not None and not isinstance(candidate, KeyboardInterrupt) and storage_unreachable(candidate):
+            text = one_line(candidate)
+            return StorageUnavailableError(
+                f"the storage is unreachable or overloaded (retry later): {text[:400]}{'...' if len(text) > 400 else ''}")
     return handler.error if handler.error is not None else exc
 
 
@@ -337,8 +349,11 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
         if watchdog is not None:
             watchdog.stop()
         if listener is not None:
-            drain_listener_bus(spark)
-            spark.streams.removeListener(listener)
+            try:  # (the JVM may be gone: the error that ended the run is what matters)
+                drain_listener_bus(spark)
+                spark.streams.removeListener(listener)
+            except Exception:  # noqa: BLE001
+                log.debug("removing the consumer-group listener failed", exc_info=True)
         if mirror is not None:
             mirror.close()
     if handler.error is not None:
