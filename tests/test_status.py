@@ -78,3 +78,43 @@ def test_status_of_a_damaged_state_table_is_one_error_line(tmp_path: Path, capsy
     assert main(["status", "--config", str(tmp_path / "job.yaml")]) == EXIT_TERMINAL
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.match(r"error: cannot read the job state table at .*/ckpt/state: .*Json error", err[0])
+
+
+def test_a_held_ddl_is_no_table_and_a_topic_without_resolved_ts_is_named(tmp_path: Path) -> None:
+    """A held CREATE DATABASE showed as a table ``shop.`` with a held row; a stall for a topic that has never
+    resolved showed only as a null watermark."""
+    from ticdc_delta.core.records import ChangeRecord, DDLRecord, dump_record
+
+    held = [dump_record(DDLRecord(5, "cdc", 0, 1, 0, "shop", "", "CREATE DATABASE shop", 0)),
+            dump_record(ChangeRecord(6, "cdc", 0, 2, 0, "shop", "t", "insert", (("id", 8, 2, 1),), None))]
+    cfg = config_from_mapping({
+        "changefeed": "st", "checkpoint": str(tmp_path / "ckpt"), "sink": {"path": str(tmp_path / "lake")},
+        "source": {"bootstrap_servers": "127.0.0.1:9", "topic": "cdc", "protocol": "canal-json"},
+    })
+    StateStore(str(tmp_path / "ckpt" / "state"), "st").save(
+        7, PipelineState(7, {}, held, {"topic_watermarks": {"cdc": 446_000_000_000_000_000, "other": None}}))
+    st = collect_status(cfg)
+    assert set(st["tables"]) == {"shop.t"} and st["tables"]["shop.t"]["rows_held"] == 1
+    assert (st["rows_held"], st["ddl_held"]) == (2, 1)  # the total as the progress line counts it
+    assert st["waiting_for"] == ["other"]
+    text = render_status(cfg)
+    assert "DDL held 1" in text and "waiting for the first resolved ts of topic(s) other" in text
+
+
+def test_status_reads_again_when_the_running_job_vacuumed_the_version_it_found(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job's state save vacuums now and then: files of the version `status` found can go before it reads
+    them (it ended with a terminal error line); a new read finds the next version."""
+    from ticdc_delta.errors import SinkError
+
+    cfg = _cfg(tmp_path, {"totals": {}, "tables": {}})
+    real, calls = StateStore.load, []
+
+    def flaky(self: StateStore) -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            raise SinkError(f"cannot read Delta table {tmp_path}/ckpt/state: Object at location part-0.parquet not found")
+        return real(self)
+
+    monkeypatch.setattr(StateStore, "load", flaky)
+    assert collect_status(cfg)["batch_id"] == 7 and len(calls) == 2

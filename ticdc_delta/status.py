@@ -11,14 +11,18 @@ from collections import Counter
 from typing import Any
 
 from .config import JobConfig
-from .core.records import load_record
+from .core.records import ChangeRecord, load_record
 from .core.resolved_ts import lowest
 from .delta.compaction import table_name
 from .delta.state_store import RESET_BATCH_ID, StateStore
+from .errors import SinkError, StorageUnavailableError
 from .locations import child_location
 from .spark.batch_handler import DEAD_LETTER_IDENT
 
 __all__ = ["collect_status", "render_status"]
+
+
+_LOAD_ATTEMPTS = 3
 
 
 def _lag_s(ts: int | None, now: float) -> float | None:
@@ -30,14 +34,29 @@ def collect_status(cfg: JobConfig, *, now: float | None = None) -> dict[str, Any
     now = time.time() if now is None else now
     store = StateStore(child_location(cfg.checkpoint, "state"), cfg.changefeed,
                        storage_options=cfg.sink.storage_options or None)
-    state = store.load()
+    for attempt in range(_LOAD_ATTEMPTS):
+        try:
+            state = store.load()
+            break
+        except StorageUnavailableError:
+            raise
+        except SinkError:
+            # the running job's state save vacuums the table now and then: the files of the version this
+            # read found may be gone by the time it reads them; a new read finds the next version
+            if attempt == _LOAD_ATTEMPTS - 1:
+                raise
+            time.sleep(0.2)
     if state is None:  # (the same keys as below: a monitor reads one shape whatever the state)
         return {"changefeed": cfg.changefeed, "batch_id": None, "watermark": None, "watermark_lag_s": None,
-                "watermarks": {}, "rows_held": 0, "totals": {}, "tables": {},
+                "watermarks": {}, "waiting_for": [], "rows_held": 0, "ddl_held": 0, "totals": {}, "tables": {},
                 "dead_letter": {"path": cfg.dead_letter_path, "rows": 0, "compactions": 0}, "snapshots": {}}
     held: Counter[str] = Counter()
+    ddl_held = 0
     for payload in state.held:
         rec = load_record(payload)
+        if not isinstance(rec, ChangeRecord):  # a DDL waiting for its turn: of no table's rows
+            ddl_held += 1
+            continue
         held[f"{rec.schema}.{rec.table}"] += 1
     held.update(state.meta.get("held_by_table") or {})  # sink.engine: spark keeps held rows in its staging table
     # small-file compactions (ticdc_delta/delta/compaction.py), recorded with the state after the one they follow
@@ -69,7 +88,10 @@ def collect_status(cfg: JobConfig, *, now: float | None = None) -> dict[str, Any
         "watermark": low,
         "watermark_lag_s": _lag_s(low, now),
         "watermarks": wms,
-        "rows_held": sum(held.values()),
+        # the topics without a resolved ts yet: every row waits for them (the watermark is null meanwhile)
+        "waiting_for": sorted(t for t, ts in topic_wms.items() if ts is None),
+        "rows_held": sum(held.values()) + ddl_held,  # (as the progress line counts them: DDL included)
+        "ddl_held": ddl_held,
         "totals": totals,
         "tables": tables,
         "dead_letter": dead_letter,
@@ -90,10 +112,16 @@ def render_status(cfg: JobConfig, *, as_json: bool = False, now: float | None = 
     last = "none since reset/snapshot" if st["batch_id"] == RESET_BATCH_ID else st["batch_id"]
     lines = [
         f"changefeed {st['changefeed']}: last batch {last}, watermark {st['watermark']} "
-        f"(lag {st['watermark_lag_s']} s), rows held {st['rows_held']}",
+        f"(lag {st['watermark_lag_s']} s), rows held {st['rows_held']}"
+        + (f", DDL held {st['ddl_held']}" if st["ddl_held"] else ""),
     ]
+    if st["waiting_for"]:
+        lines.append(f"waiting for the first resolved ts of topic(s) {', '.join(st['waiting_for'])}: "
+                     "every row is held until they have one")
     width = max([len("table")] + [len(n) for n in st["tables"]])
-    lines.append(f"{'table':<{width}}  {'applied commit ts':>20}  {'lag s':>12}  {'applied':>10}  {'held':>8}"
+    # "age s": the age of the table's last applied change (an idle table's grows; the watermark's lag
+    # above says how far behind the job is)
+    lines.append(f"{'table':<{width}}  {'applied commit ts':>20}  {'age s':>12}  {'applied':>10}  {'held':>8}"
                  f"  {'compactions':>11}")
     for name, t in st["tables"].items():
         lines.append(
