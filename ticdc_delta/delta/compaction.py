@@ -203,7 +203,7 @@ def compact_written_tables(
         return 0.0
     started = time.monotonic()
     policy = CompactionPolicy.from_config(cfg)
-    record = {k: dict(v) for k, v in (meta.get("compaction") or {}).get("tables", {}).items()}
+    record = _records(meta)
     changed = False
     for ident in dict.fromkeys(tables):
         name = table_name(ident)
@@ -214,8 +214,7 @@ def compact_written_tables(
             changed = True
         if entry or name in record:
             record[name] = entry
-        failed = entry.get("failed_batch")
-        if failed is not None and batch_id - failed < RETRY_AFTER_BATCHES:
+        if _backing_off(entry, batch_id):
             continue
         try:
             dt = sink.snapshot(ident)
@@ -246,6 +245,17 @@ def compact_written_tables(
     if changed:
         meta["compaction"] = {"tables": record}
     return time.monotonic() - started
+
+
+def _records(meta: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A copy of the state's compaction record per table (``meta["compaction"]["tables"]``)."""
+    return {k: dict(v) for k, v in (meta.get("compaction") or {}).get("tables", {}).items()}
+
+
+def _backing_off(entry: Mapping[str, Any], batch_id: int) -> bool:
+    """Whether a table whose compaction failed waits (:data:`RETRY_AFTER_BATCHES`) at batch ``batch_id``."""
+    failed = entry.get("failed_batch")
+    return failed is not None and batch_id - failed < RETRY_AFTER_BATCHES
 
 
 _UNFINISHED = "did not finish: the job ended while it ran (batch_timeout, or the process was stopped)"
@@ -288,7 +298,7 @@ def mark_due_tables(
     if not cfg.enabled:
         return
     policy = CompactionPolicy.from_config(cfg)
-    record = {k: dict(v) for k, v in (meta.get("compaction") or {}).get("tables", {}).items()}
+    record = _records(meta)
     changed = False
     for ident in dict.fromkeys(tables):
         name = table_name(ident)
@@ -296,8 +306,7 @@ def mark_due_tables(
         if _settle(sink, ident, entry, batch_id):
             record[name] = entry
             changed = True
-        failed = entry.get("failed_batch")
-        if failed is not None and batch_id - failed < RETRY_AFTER_BATCHES:
+        if _backing_off(entry, batch_id):
             continue
         try:
             dt = sink.snapshot(ident)
