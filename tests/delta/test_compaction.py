@@ -167,6 +167,7 @@ def test_many_small_merges_are_compacted_and_the_app_transactions_still_hold(
     meta: dict = {"totals": {"rows_applied": 1}}
     cfg = CompactionConfig(min_files=20, target_file_size="1 MiB")
 
+    mark_due_tables(sink, [T, T], cfg, meta, 59)  # (before the batch's state save)
     seconds = compact_written_tables(sink, [T, T], cfg, delta_rs_compaction, meta, 59)
 
     assert seconds >= 0
@@ -194,6 +195,7 @@ def test_many_small_merges_are_compacted_and_the_app_transactions_still_hold(
 
     # nothing more to do until min_files small files gather again: no commit, no record change
     version = DeltaTable(sink.table_path(*T)).version()
+    mark_due_tables(sink, [T], cfg, meta, 60)
     compact_written_tables(sink, [T], cfg, delta_rs_compaction, meta, 60)
     assert DeltaTable(sink.table_path(*T)).version() == version
     assert meta["compaction"]["tables"]["s.t"]["compactions"] == 1
@@ -203,10 +205,10 @@ def test_below_the_threshold_or_disabled_nothing_is_compacted(tmp_path: Path) ->
     sink = _written(tmp_path, 12)
     version = DeltaTable(sink.table_path(*T)).version()
     meta: dict = {}
-    compact_written_tables(sink, [T], CompactionConfig(min_files=50), delta_rs_compaction, meta, 11)
-    compact_written_tables(sink, [T], CompactionConfig(enabled=False, min_files=2), delta_rs_compaction, meta, 11)
-    compact_written_tables(sink, [TableIdent("s", "missing")], CompactionConfig(min_files=2), delta_rs_compaction,
-                           meta, 11)
+    for tables, cfg in (([T], CompactionConfig(min_files=50)), ([T], CompactionConfig(enabled=False, min_files=2)),
+                        ([TableIdent("s", "missing")], CompactionConfig(min_files=2))):
+        mark_due_tables(sink, tables, cfg, meta, 11)
+        compact_written_tables(sink, tables, cfg, delta_rs_compaction, meta, 11)
     assert DeltaTable(sink.table_path(*T)).version() == version
     assert meta == {}
 
@@ -226,6 +228,7 @@ def test_a_failed_compaction_is_logged_not_raised_and_tried_again_later(
     meta: dict = {}
 
     with caplog.at_level("WARNING", logger="ticdc_delta.delta.compaction"):
+        mark_due_tables(sink, [T], cfg, meta, 9)
         compact_written_tables(sink, [T], cfg, delta_rs_compaction, meta, 9)
 
     assert "compaction of s.t failed" in caplog.text
@@ -234,8 +237,10 @@ def test_a_failed_compaction_is_logged_not_raised_and_tried_again_later(
     assert DeltaTable(sink.table_path(*T)).version() == version
     os.rename(moved, lost.removeprefix("file://"))
     # not retried before RETRY_AFTER_BATCHES batches have passed
+    mark_due_tables(sink, [T], cfg, meta, 9 + RETRY_AFTER_BATCHES - 1)
     compact_written_tables(sink, [T], cfg, delta_rs_compaction, meta, 9 + RETRY_AFTER_BATCHES - 1)
     assert DeltaTable(sink.table_path(*T)).version() == version
+    mark_due_tables(sink, [T], cfg, meta, 9 + RETRY_AFTER_BATCHES)
     compact_written_tables(sink, [T], cfg, delta_rs_compaction, meta, 9 + RETRY_AFTER_BATCHES)
     assert DeltaTable(sink.table_path(*T)).version() == version + 1
     entry = meta["compaction"]["tables"]["s.t"]

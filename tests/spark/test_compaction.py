@@ -19,6 +19,7 @@ from ticdc_delta.delta.compaction import (
     compact_written_tables,
     delta_rs_compaction,
     files_by_partition,
+    mark_due_tables,
 )
 from ticdc_delta.delta.sink import OP_COLUMN, DeltaRsSink, TableIdent, batch_txn
 from ticdc_delta.spark.compaction import spark_compaction
@@ -95,8 +96,9 @@ def test_a_column_mapping_table_of_many_small_commits_is_compacted_by_optimize(s
     spark.conf.set(TXN_VERSION_CONF, str(batch_txn(APP, 999).version))
     meta: dict = {}
     try:
-        compact_written_tables(base, [T], CompactionConfig(min_files=20, target_file_size="1 MiB"),
-                               spark_compaction(spark), meta, BATCHES - 1)
+        cfg = CompactionConfig(min_files=20, target_file_size="1 MiB")
+        mark_due_tables(base, [T], cfg, meta, BATCHES - 1)
+        compact_written_tables(base, [T], cfg, spark_compaction(spark), meta, BATCHES - 1)
     finally:
         spark.conf.unset(TXN_APP_ID_CONF)
         spark.conf.unset(TXN_VERSION_CONF)

@@ -185,9 +185,10 @@ def compact_written_tables(
     batch_id: int,
 ) -> float:
     """After batch ``batch_id``'s state is saved: compact each of ``tables`` (the tables the batch wrote)
-    that :class:`CompactionPolicy` says is due, with ``compact`` (the engine's way). Never raises for a
-    table: a failure is logged and recorded, and the table is tried again :data:`RETRY_AFTER_BATCHES`
-    batches later. Returns the seconds spent (the progress line's ``timings.compact``).
+    that :func:`mark_due_tables` marked for this batch before the save (due, not backing off), with
+    ``compact`` (the engine's way). Never raises for a table: a failure is logged and recorded, and the
+    table is tried again :data:`RETRY_AFTER_BATCHES` batches later. Returns the seconds spent (the progress
+    line's ``timings.compact``).
 
     Args:
         sink: the job's delta-rs sink (``snapshot(ident)``, ``table_path(schema, table)``).
@@ -195,8 +196,8 @@ def compact_written_tables(
         cfg: ``sink.compaction`` (a :class:`~ticdc_delta.config.CompactionConfig`).
         compact: :func:`delta_rs_compaction` or the ``spark`` engine's
             (:func:`ticdc_delta.spark.compaction.spark_compaction`).
-        meta: the handler's state meta; ``meta["compaction"]`` is replaced by the updated record (saved with
-            the next batch's state).
+        meta: the handler's state meta, as saved with the batch's state (its marks); ``meta["compaction"]``
+            is replaced by the updated record (saved with the next batch's state).
         batch_id: the batch just committed.
     """
     if not cfg.enabled:
@@ -207,31 +208,20 @@ def compact_written_tables(
     changed = False
     for ident in dict.fromkeys(tables):
         name = table_name(ident)
-        entry = record.get(name, {})
-        changed |= _settle(sink, ident, entry, batch_id)
-        if entry.pop("started_batch", None) is not None:  # (this batch's mark: the compaction is here)
-            entry.pop("started_version", None)
-            changed = True
-        if entry or name in record:
-            record[name] = entry
-        if _backing_off(entry, batch_id):
-            continue
+        entry = record.get(name)
+        if entry is None or entry.get("started_batch") != batch_id:
+            continue  # not due: mark_due_tables decided, before the state save
+        entry = record[name] = {k: v for k, v in entry.items() if k not in ("started_batch", "started_version")}
+        changed = True
         try:
             dt = sink.snapshot(ident)
-            if dt is None:  # dropped later in the batch
-                continue
-            sizes = files_by_partition(dt)
-            if not policy.due(sizes):
+            if dt is None:  # dropped since
                 continue
             path = sink.table_path(ident.schema, ident.table)
             t0 = time.monotonic()
             result = compact(path, dt, policy)
         except Exception as exc:  # noqa: BLE001 - compaction never fails the batch: logged, retried later
-            reason = str(exc).splitlines()[0][:_ERROR_CHARS] if str(exc) else type(exc).__name__
-            log.warning("batch %d: compaction of %s failed (tried again in %d batches): %s",
-                        batch_id, name, RETRY_AFTER_BATCHES, reason)
-            record[name] = {**entry, "failed_batch": batch_id, "error": reason}
-            changed = True
+            record[name] = _failed(entry, name, batch_id, exc)
             continue
         log.info("batch %d: compacted %s: %d files -> %d in %.2fs (table version %s)", batch_id, name,
                  result.files_removed, result.files_added, time.monotonic() - t0, result.version)
@@ -241,21 +231,23 @@ def compact_written_tables(
         entry["files_added"] = entry.get("files_added", 0) + result.files_added
         entry["last_batch"] = batch_id
         record[name] = entry
-        changed = True
     if changed:
         meta["compaction"] = {"tables": record}
     return time.monotonic() - started
 
 
+def _failed(entry: Mapping[str, Any], name: str, batch_id: int, exc: BaseException) -> dict[str, Any]:
+    """``entry`` recording that the compaction of table ``name`` failed at batch ``batch_id`` with ``exc``
+    (logged): tried again :data:`RETRY_AFTER_BATCHES` batches later."""
+    reason = str(exc).splitlines()[0][:_ERROR_CHARS] if str(exc) else type(exc).__name__
+    log.warning("batch %d: compaction of %s failed (tried again in %d batches): %s",
+                batch_id, name, RETRY_AFTER_BATCHES, reason)
+    return {**entry, "failed_batch": batch_id, "error": reason}
+
+
 def _records(meta: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """A copy of the state's compaction record per table (``meta["compaction"]["tables"]``)."""
     return {k: dict(v) for k, v in (meta.get("compaction") or {}).get("tables", {}).items()}
-
-
-def _backing_off(entry: Mapping[str, Any], batch_id: int) -> bool:
-    """Whether a table whose compaction failed waits (:data:`RETRY_AFTER_BATCHES`) at batch ``batch_id``."""
-    failed = entry.get("failed_batch")
-    return failed is not None and batch_id - failed < RETRY_AFTER_BATCHES
 
 
 _UNFINISHED = "did not finish: the job ended while it ran (batch_timeout, or the process was stopped)"
@@ -291,10 +283,11 @@ def mark_due_tables(
     batch_id: int,
 ) -> None:
     """Before batch ``batch_id``'s state is saved (``meta``: the state's meta about to be saved): mark each
-    of ``tables`` that :func:`compact_written_tables` will compact after the save (due, not backing off)
-    with ``started_batch``, so that a compaction the job does not live through is a failure the next start
-    backs off from instead of running it again at once; earlier marks still there become failures. Never
-    raises: a table whose file list cannot be read is left unmarked (the compaction reports it)."""
+    of ``tables`` that :class:`CompactionPolicy` says is due and that is not backing off from a failure
+    with ``started_batch`` — the tables :func:`compact_written_tables` compacts after the save — so that a
+    compaction the job does not live through is a failure the next start backs off from instead of running
+    it again at once; earlier marks still there become failures. Never raises: a table whose file list
+    cannot be read is recorded as failed."""
     if not cfg.enabled:
         return
     policy = CompactionPolicy.from_config(cfg)
@@ -306,13 +299,16 @@ def mark_due_tables(
         if _settle(sink, ident, entry, batch_id):
             record[name] = entry
             changed = True
-        if _backing_off(entry, batch_id):
-            continue
+        failed = entry.get("failed_batch")
+        if failed is not None and batch_id - failed < RETRY_AFTER_BATCHES:
+            continue  # backing off from a failure
         try:
             dt = sink.snapshot(ident)
             if dt is None or not policy.due(files_by_partition(dt)):
                 continue
-        except Exception:  # noqa: BLE001 - the compaction after the save tries and reports it
+        except Exception as exc:  # noqa: BLE001 - compaction never fails the batch: logged, retried later
+            record[name] = _failed(entry, name, batch_id, exc)
+            changed = True
             continue
         record[name] = {**entry, "started_batch": batch_id, "started_version": dt.version()}
         changed = True
