@@ -830,6 +830,10 @@ def _label_to_number(text: str, tc: TypeCode, members: tuple[str, ...] | None) -
     return mask
 
 
+_INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
+"""The decimal digits of a signed integer type's values, by bit width."""
+
+
 def widens(old: pa.DataType, new: pa.DataType) -> bool:
     """Whether every value of ``old`` is exactly representable in ``new``."""
     if pa.types.is_string(new):
@@ -837,7 +841,7 @@ def widens(old: pa.DataType, new: pa.DataType) -> bool:
     if pa.types.is_decimal(old) and pa.types.is_decimal(new):
         return new.scale >= old.scale and (new.precision - new.scale) >= (old.precision - old.scale)
     if pa.types.is_integer(old) and pa.types.is_decimal(new):
-        digits = {8: 3, 16: 5, 32: 10, 64: 19}[old.bit_width]
+        digits = _INT_DIGITS[old.bit_width]
         return new.precision - new.scale >= digits
     if pa.types.is_integer(old) and pa.types.is_integer(new):
         return new.bit_width >= old.bit_width
@@ -847,8 +851,6 @@ def widens(old: pa.DataType, new: pa.DataType) -> bool:
         return new.tz is None
     return False
 
-
-_INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
 
 
 def common_type(old: pa.DataType, new: pa.DataType) -> pa.DataType | None:
