@@ -3,8 +3,10 @@ for the ``delta-rs`` engine, how.
 
 Every micro-batch adds at least one data file to each table it writes (one MERGE or append per table per
 DDL segment): a job triggered every second makes ~86k files per table per day, and every MERGE, which
-scans the target's files, and every reader gets slower. After a batch, each table the batch wrote is
-checked with the file list of its delta-rs snapshot (no Spark job, a few milliseconds): once it has
+scans the target's files, and every reader gets slower. Before a batch's state is saved, each table the
+batch wrote is checked with the file list of its delta-rs snapshot (no Spark job, a few milliseconds;
+:func:`mark_due_tables`), and after the save each due one is compacted (:func:`compact_written_tables`):
+once it has
 ``sink.compaction.min_files`` small files, smaller than half of ``target_file_size``, that compaction can
 combine (two or more in one partition), it is compacted — by delta-rs's ``optimize.compact`` here
 (:func:`delta_rs_compaction`), by Delta Lake's own ``OPTIMIZE`` on the ``spark`` engine
