@@ -28,7 +28,11 @@ EXIT_RETRYABLE = 75
 
 
 def exit_code_for(exc: BaseException) -> int:
-    """The process exit code for an error: retryable ones get 75, everything else 1."""
+    """The process exit code for an error: retryable ones get 75, a requested stop ``128 + signal``, everything
+    else 1."""
+    code = getattr(exc, "exit_code", None)
+    if isinstance(code, int):
+        return code
     return EXIT_RETRYABLE if getattr(exc, "retryable", False) else EXIT_TERMINAL
 
 
@@ -99,9 +103,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     _setup_logging(cfg.log_level)
+    from .errors import StoppedBySignal
     from .spark.job import run_job
+    from .spark.stop import StopRequest
 
-    batches = run_job(cfg, once=args.once)
+    stop = StopRequest().install()  # SIGTERM / SIGINT: the batch in flight finishes, then the run stops
+    try:
+        batches = run_job(cfg, once=args.once, stop=stop)
+    except StoppedBySignal as exc:
+        print(f"ticdc-delta: changefeed {cfg.changefeed}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    finally:
+        stop.uninstall()
     print(f"ticdc-delta: changefeed {cfg.changefeed}: {batches} micro-batch(es) committed", file=sys.stderr)
     return EXIT_OK
 

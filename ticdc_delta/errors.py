@@ -41,6 +41,7 @@ __all__ = [
     "DDLPolicyError",
     "SinkError",
     "StorageUnavailableError",
+    "StoppedBySignal",
     "one_line",
     "UnwritableValueError",
     "IdentifierError",
@@ -249,6 +250,27 @@ class DDLPolicyError(TerminalError):
 
 class SinkError(TerminalError):
     """Writing to the Delta sink failed in a way retrying cannot fix."""
+
+
+class StoppedBySignal(TicdcDeltaError):
+    """The run was asked to stop (SIGTERM, SIGINT) and did, after the micro-batch in flight; the next start
+    resumes from the last committed batch. Exit code ``128 + signal`` (143 for SIGTERM, 130 for SIGINT), as
+    for a process the signal ended."""
+
+    def __init__(self, signum: int, batches: int, detail: str | None = None) -> None:
+        import signal
+
+        self.signum = signum
+        self.batches = batches
+        self.exit_code = 128 + signum
+        try:
+            self.signal_name = signal.Signals(signum).name
+        except ValueError:
+            self.signal_name = f"signal {signum}"
+        super().__init__(
+            f"stopped by {self.signal_name}: {detail}" if detail else
+            f"stopped by {self.signal_name} after {batches} micro-batch(es) committed by this run; the next "
+            "start resumes from the last committed batch")
 
 
 class StorageUnavailableError(TransientError):

@@ -54,10 +54,14 @@ log = logging.getLogger(__name__)
 progress_log = logging.getLogger("ticdc_delta.progress")
 
 FAULT_ENV = "TICDC_DELTA_FAULT"
-"""Fault injection for tests: ``stage@batch[:kill|:hang]`` (e.g. ``after_merge@2:kill``; ``hang``: the batch
-never ends). Stages:
+"""Fault injection for tests: ``stage@batch[:kill|:hang|:pause]`` (e.g. ``after_merge@2:kill``; ``hang``: the
+batch never ends; ``pause``: it logs ``injected pause at <stage> of batch <n>``, waits :data:`FAULT_PAUSE_S`
+and goes on). Stages:
 ``after_decode``, ``after_dead_letter``, ``after_merge`` (after the first table commit of the batch),
 ``before_state``, ``after_state``."""
+
+FAULT_PAUSE_S = 5.0
+"""How long a ``pause`` fault holds its batch."""
 
 DEAD_LETTER_IDENT = TableIdent("_ticdc", "dead_letter")
 DEAD_LETTER_SCHEMA = pa.schema(
@@ -263,6 +267,10 @@ class BatchHandler:
             if how == "hang":  # a batch that never ends (batch_timeout's watchdog ends the process)
                 while True:
                     time.sleep(3600)
+            if how == "pause":  # a batch held in flight (a stop requested meanwhile lets it finish)
+                log.warning("injected pause at %s of batch %d", stage, batch_id)
+                time.sleep(FAULT_PAUSE_S)
+                return
             raise InjectedFault(f"injected fault at {stage} of batch {batch_id}")
 
     # --- the batch -----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..config import JobConfig
 from .batch_handler import BatchHandler
+from .stop import StopRequest
 
 __all__ = ["run_job", "build_handler", "spark_for", "drain_listener_bus", "json_progress_listener", "query_name"]
 
@@ -282,10 +283,15 @@ def commit_progress(mirror: Any, progress: Mapping[str, Any]) -> None:
         mirror.commit(ends)
 
 
-def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHandler | None = None) -> int:
+def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHandler | None = None,
+            stop: StopRequest | None = None) -> int:
     """Run the job; returns the number of micro-batches this run committed.
 
+    ``stop``: a :class:`~ticdc_delta.spark.stop.StopRequest` the run watches (the CLI's routes SIGTERM and
+    SIGINT to it): once requested, the micro-batch in flight finishes and the query stops.
+
     Raises:
+        StoppedBySignal: ``stop`` was requested (also when the failure it caused ended the query first).
         TicdcDeltaError: typed failures (transient ones are worth a retry).
     """
     from .kafka_source import ConsumerGroupMirror, read_kafka_stream
@@ -306,8 +312,11 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
     name = query_name(cfg.changefeed)
     timeout = cfg.batch_timeout_seconds
     watchdog = BatchWatchdog(timeout) if timeout is not None else None
+    batch_fn: Any = handler if watchdog is None else watched(handler, watchdog)
+    if stop is not None:
+        batch_fn = stop.gate(batch_fn)
     writer = (
-        df.writeStream.foreachBatch(handler if watchdog is None else watched(handler, watchdog))
+        df.writeStream.foreachBatch(batch_fn)
         .option("checkpointLocation", cfg.checkpoint.rstrip("/") + "/spark")
         .queryName(name)
     )
@@ -327,8 +336,12 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
                 raise
             raise err from None
         try:
-            query.awaitTermination()
+            _await(query, stop)
         except BaseException as exc:  # noqa: BLE001 - rethrown typed
+            if stop is not None and stop.requested:
+                # the signal reached Spark's JVM too (a process group's), which failed the batch in flight
+                log.debug("the query ended with an error after a requested stop", exc_info=True)
+                raise stop.exception(handler.batches) from None
             err = _unwrap(exc, handler)
             if err is exc:
                 raise
@@ -356,6 +369,42 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
                 log.debug("removing the consumer-group listener failed", exc_info=True)
         if mirror is not None:
             mirror.close()
-    if handler.error is not None:
+    if handler.error is not None and not (stop is not None and stop.requested):
         raise handler.error
+    if stop is not None and stop.requested:
+        raise stop.exception(handler.batches)
     return handler.batches
+
+
+def _await(query: Any, stop: StopRequest | None) -> None:
+    """Wait for ``query`` to end; once ``stop`` is requested, let the batch in flight finish and stop it."""
+    if stop is None:
+        query.awaitTermination()
+        return
+    from .stop import POLL_S
+
+    while not query.awaitTermination(POLL_S):
+        if stop.requested:
+            stop.close()  # waits for the batch in flight; none starts after it
+            _wait_for_commit(query, stop.finished)
+            query.stop()
+            return
+
+
+COMMIT_WAIT_S = 60.0
+"""How long a requested stop waits for Spark to record the micro-batch that finished in flight."""
+
+
+def _wait_for_commit(query: Any, batch_id: int | None, timeout_s: float = COMMIT_WAIT_S) -> None:
+    """Wait until Spark has recorded batch ``batch_id`` (its progress is posted after the commit log entry):
+    the handler returning is not enough, and a query stopped in between does that batch again next start."""
+    import time
+
+    if batch_id is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and query.isActive:
+        last = query.lastProgress
+        if last is not None and last.batchId >= batch_id:
+            return
+        time.sleep(0.05)

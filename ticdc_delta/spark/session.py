@@ -75,7 +75,6 @@ DEFAULT_CONFS: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.driver.memory": "1g",
     "spark.sql.session.timeZone": "UTC",
-    "spark.sql.streaming.stopGracefullyOnShutdown": "true",
     "spark.python.worker.faulthandler.enabled": "true",
     # the unit of work per micro-batch is small; AQE only adds planning time there
     "spark.sql.adaptive.enabled": "false",
