@@ -25,6 +25,9 @@ now, commits, and exits. The job's exit code says what to do next:
   tell 1 from 75 (both fail the task), so a terminal failure is retried too — quick, harmless, and
   failing the same way — and once the retries are spent ``on_failure_callback`` fires: wire
   :func:`page_on_call` to your paging tool (PagerDuty, Opsgenie, Slack...). The task log names the error.
+* ``143`` — stopped by SIGTERM: Airflow killed the task (``execution_timeout``, marked failed). Its
+  process group gets the signal, spark-submit's JVM too, which shuts down at once: the micro-batch in
+  flight is done again by the next run (safe; nothing is lost or applied twice).
 
 ``max_active_runs=1`` matters: two runs sharing one checkpoint must never overlap. ``catchup=False``:
 a missed interval needs no backfill — the next run reads everything that accumulated.

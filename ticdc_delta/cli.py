@@ -2,7 +2,8 @@
 
 Exit codes follow the error kinds (:mod:`ticdc_delta.errors`): 0 success, 1 terminal failure (bad
 input, bad configuration, a DDL refused by policy — retrying will not help), 2 usage error,
-75 (``EX_TEMPFAIL``) retryable failure (broker unreachable, commit conflict) — let Airflow retry.
+75 (``EX_TEMPFAIL``) retryable failure (broker unreachable, commit conflict) — let Airflow retry; ``run``
+stopped by SIGTERM or SIGINT: 128 + the signal (143, 130), after the micro-batch in flight.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..config import JobConfig
+from ..errors import TerminalError, one_line
 from .batch_handler import BatchHandler
 from .stop import StopRequest
 
@@ -75,7 +76,7 @@ def _unwrap(exc: BaseException, handler: BatchHandler) -> BaseException:
     HDFS NameNode away — is :class:`~ticdc_delta.errors.StorageUnavailableError` (exit 75), as the same
     failure through delta-rs is; it ended the job as terminal (exit 1)."""
     from ..delta.sink import storage_unreachable
-    from ..errors import StorageUnavailableError, TicdcDeltaError, one_line
+    from ..errors import StorageUnavailableError, TicdcDeltaError
     from .checkpoint import concurrent_job_error
     from .kafka_source import unwrap_source_error
 
@@ -298,6 +299,8 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
     from .watchdog import BatchWatchdog, watched
 
     spark = spark or spark_for(cfg)
+    if stop is not None and stop.installed:
+        stop.install()  # again: pyspark's session set-up put its own SIGINT handler in
     scheme = _check_checkpoint_filesystem(spark, cfg.checkpoint.rstrip("/") + "/spark")
     handler = handler or build_handler(cfg)
     df = read_kafka_stream(
@@ -327,6 +330,8 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
     if listener is not None:
         spark.streams.addListener(listener)
     try:
+        if stop is not None and stop.requested:  # (a signal while the session was starting)
+            raise stop.exception(0)
         try:
             with _checkpoint_files_written_for(spark, scheme):
                 query = writer.start()
@@ -335,12 +340,17 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
             if err is exc:
                 raise
             raise err from None
+        stopped = False
         try:
-            _await(query, stop)
+            stopped = _await(query, stop)
         except BaseException as exc:  # noqa: BLE001 - rethrown typed
             if stop is not None and stop.requested:
-                # the signal reached Spark's JVM too (a process group's), which failed the batch in flight
-                log.debug("the query ended with an error after a requested stop", exc_info=True)
+                # the gate refused a batch, or the signal reached Spark's JVM too (a process group's) and
+                # it failed the batch in flight: the stop, not the failure, ended the run
+                if isinstance(handler.error, TerminalError):
+                    raise handler.error from None
+                if "StoppedBySignal" not in str(exc):
+                    log.warning("the query ended with an error after the stop was requested: %s", one_line(exc))
                 raise stop.exception(handler.batches) from None
             err = _unwrap(exc, handler)
             if err is exc:
@@ -369,18 +379,24 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
                 log.debug("removing the consumer-group listener failed", exc_info=True)
         if mirror is not None:
             mirror.close()
-    if handler.error is not None and not (stop is not None and stop.requested):
-        raise handler.error
-    if stop is not None and stop.requested:
+    if stop is not None and stopped:
+        if isinstance(handler.error, TerminalError):  # the batch in flight failed: a human must see why
+            raise handler.error
+        if handler.error is not None:
+            log.warning("the micro-batch in flight failed after the stop was requested (the next start "
+                        "does it again): %s", one_line(handler.error))
         raise stop.exception(handler.batches)
+    if handler.error is not None:
+        raise handler.error
     return handler.batches
 
 
-def _await(query: Any, stop: StopRequest | None) -> None:
-    """Wait for ``query`` to end; once ``stop`` is requested, let the batch in flight finish and stop it."""
+def _await(query: Any, stop: StopRequest | None) -> bool:
+    """Wait for ``query`` to end; once ``stop`` is requested, let the batch in flight finish and stop the
+    query. Whether the request stopped it (``False``: it ended by itself, e.g. ``--once`` done)."""
     if stop is None:
         query.awaitTermination()
-        return
+        return False
     from .stop import POLL_S
 
     while not query.awaitTermination(POLL_S):
@@ -388,7 +404,8 @@ def _await(query: Any, stop: StopRequest | None) -> None:
             stop.close()  # waits for the batch in flight; none starts after it
             _wait_for_commit(query, stop.finished)
             query.stop()
-            return
+            return True
+    return False
 
 
 COMMIT_WAIT_S = 60.0
@@ -396,8 +413,9 @@ COMMIT_WAIT_S = 60.0
 
 
 def _wait_for_commit(query: Any, batch_id: int | None, timeout_s: float = COMMIT_WAIT_S) -> None:
-    """Wait until Spark has recorded batch ``batch_id`` (its progress is posted after the commit log entry):
-    the handler returning is not enough, and a query stopped in between does that batch again next start."""
+    """Wait until Spark has recorded batch ``batch_id``: its progress (posted after the commit log entry), or
+    a later batch's. The handler returning is not enough: a query stopped in between does that batch again
+    at the next start."""
     import time
 
     if batch_id is None:
@@ -405,6 +423,8 @@ def _wait_for_commit(query: Any, batch_id: int | None, timeout_s: float = COMMIT
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and query.isActive:
         last = query.lastProgress
-        if last is not None and last.batchId >= batch_id:
+        # (an idle trigger's progress carries the id of the batch to come, without an addBatch duration)
+        if last is not None and (last.batchId > batch_id
+                                 or (last.batchId == batch_id and "addBatch" in (last.durationMs or {}))):
             return
         time.sleep(0.05)

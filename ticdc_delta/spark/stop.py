@@ -53,6 +53,11 @@ class StopRequest:
     def requested(self) -> bool:
         return self._requested.is_set()
 
+    @property
+    def installed(self) -> bool:
+        """Whether :meth:`install` routed the signals here (and :meth:`uninstall` has not yet undone it)."""
+        return bool(self._previous)
+
     def request(self, signum: int) -> None:
         """Ask the run to stop after the batch in flight (what the first signal does)."""
         if self.signum is None:
@@ -64,21 +69,23 @@ class StopRequest:
         return StoppedBySignal(self.signum or signal.SIGTERM, batches)
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        if self.requested:  # a second signal: at once, as without a handler
+        if self.requested:  # a second signal: at once, as a crash would (the next start redoes the batch)
             self.uninstall()
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
+            _exit_now(128 + signum)
         self.request(signum)
         log.warning("%s: stopping after the micro-batch in flight (a second signal stops at once)",
                     signal.Signals(signum).name)
 
     def install(self) -> "StopRequest":
         """Route SIGTERM and SIGINT to this request (a no-op outside the main thread, where Python cannot
-        set handlers); :meth:`uninstall` puts the previous handlers back."""
+        set handlers); :meth:`uninstall` puts back the handlers found at the first call.
+
+        Call it again once the Spark session exists: pyspark's session set-up puts its own SIGINT handler
+        in (it cancels every Spark job at once)."""
         if threading.current_thread() is threading.main_thread():
             for signum in SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._on_signal)
+                previous = signal.signal(signum, self._on_signal)
+                self._previous.setdefault(signum, previous)
         return self
 
     def uninstall(self) -> None:
@@ -90,11 +97,11 @@ class StopRequest:
         self._previous.clear()
 
     def gate(self, handler: Callable[[Any, int], None]) -> Callable[[Any, int], None]:
-        """``handler`` (a ``foreachBatch`` function), refusing to start a batch once the run is closing."""
+        """``handler`` (a ``foreachBatch`` function), refusing to start a batch once a stop is requested."""
 
         def call(batch_df: Any, batch_id: int) -> None:
             with self._lock:
-                if self._closed:
+                if self._closed or self.requested:
                     # raised, not returned: a batch that returns is committed by Spark, with nothing applied
                     raise StoppedBySignal(self.signum or signal.SIGTERM, 0,
                                           f"micro-batch {batch_id} is left to the next start")
@@ -107,3 +114,12 @@ class StopRequest:
         """Wait for the batch in flight to end; no batch starts after this."""
         with self._lock:
             self._closed = True
+
+
+def _exit_now(code: int) -> None:
+    """End the process with ``code`` at once, the local Spark JVM first (a signal's default action would not
+    do: the kernel drops it for PID 1 of a container, which is what the job is in its image)."""
+    from .watchdog import kill_local_jvm
+
+    kill_local_jvm()
+    os._exit(code)

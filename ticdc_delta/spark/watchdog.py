@@ -27,10 +27,10 @@ from ..cli import EXIT_RETRYABLE
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BatchWatchdog", "exit_retryable", "watched"]
+__all__ = ["BatchWatchdog", "exit_retryable", "kill_local_jvm", "watched"]
 
 
-def _kill_local_jvm() -> None:
+def kill_local_jvm() -> None:
     """Kill the Spark JVM this process started (a local session; under spark-submit the JVM is the parent
     and there is none): left alone it would print its failed calls into the gone driver after our line."""
     try:
@@ -62,7 +62,7 @@ def exit_retryable(message: str) -> None:
         err = os.dup(2)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 2)
-        _kill_local_jvm()
+        kill_local_jvm()
         os.write(err, f"error: {message}\n".encode())
     finally:
         os._exit(EXIT_RETRYABLE)
