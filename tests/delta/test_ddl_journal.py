@@ -39,6 +39,15 @@ def test_replaced_entries_files_are_vacuumed(tmp_path: Path) -> None:
     assert journal.load("cf~1", 7) == _entry(7, 0)
 
 
+def test_a_journal_written_by_short_runs_is_vacuumed_too(tmp_path: Path) -> None:
+    path = tmp_path / "ddl_journal"
+    for i in range(12):  # a new object (a new `--once` run) for each entry
+        DDLJournal(str(path), vacuum_every=4).save(_entry(i, 0))
+    parquet = [n for n in os.listdir(path) if n.endswith(".parquet")]
+    assert len(parquet) <= 4, parquet
+    assert DDLJournal(str(path)).load("cf~1", 11) == _entry(11, 0)
+
+
 def test_a_journal_of_another_format_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import ticdc_delta.delta.ddl_journal as mod
 

@@ -111,6 +111,20 @@ def test_vacuum_keeps_only_the_live_files(tmp_path: Path) -> None:
     assert store.load() == sample(3)
 
 
+def test_short_runs_vacuum_too(tmp_path: Path) -> None:
+    """A job run ``--once`` saves a few times per process: the vacuum follows the table's versions, not
+    one object's saves (each run here saves twice, below ``vacuum_every``)."""
+    path = str(tmp_path / "_state")
+    for run in range(6):
+        store = StateStore(path, APP, vacuum_every=4)
+        store.load()
+        for b in (2 * run, 2 * run + 1):
+            assert store.save(b, sample(b)) is True
+    files = glob.glob(os.path.join(path, "*.parquet"))
+    assert len(files) <= 4, files  # 12 saves: vacuumed along the way, not 12 files
+    assert StateStore(path, APP).load() == sample(11)
+
+
 @pytest.mark.parametrize(
     "batch_id,state,error,match",
     [

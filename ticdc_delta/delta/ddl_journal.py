@@ -29,6 +29,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from ..errors import SinkError
 from .sink import run_commit
+from .state_store import vacuum_due
 
 __all__ = ["JournalEntry", "DDLJournal", "JOURNAL_FORMAT"]
 
@@ -89,7 +90,6 @@ class DDLJournal:
         self.path = path
         self._storage_options = dict(storage_options) if storage_options else None
         self._vacuum_every = vacuum_every
-        self._saves = 0
 
     def _table(self) -> DeltaTable | None:
         try:
@@ -125,17 +125,18 @@ class DDLJournal:
             "ddl_ordinal": entry.ddl_ordinal, "payload": entry.payload(),
         }], schema=_SCHEMA)
 
-        def attempt() -> None:
+        def attempt() -> int:
             dt = self._table()
+            before = dt.version() if dt is not None else -1  # (the write moves `dt` to its own version)
             write_deltalake(dt if dt is not None else self.path, table, mode="overwrite",
                             storage_options=self._storage_options if dt is None else None)
+            return before + 1  # an overwrite commits right after the snapshot it read, or fails (retried)
 
         try:
-            run_commit("write the DDL journal", self.path, attempt)
+            version = run_commit("write the DDL journal", self.path, attempt)
         except (DeltaError, OSError) as exc:
             raise SinkError(f"cannot write the DDL journal {self.path}: {exc}") from exc
-        self._saves += 1
-        if self._vacuum_every and self._saves % self._vacuum_every == 0:
+        if vacuum_due(version, self._vacuum_every):
             # only the latest version is ever read: the files of replaced rows go
             try:
                 dt = self._table()

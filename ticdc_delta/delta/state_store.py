@@ -41,7 +41,7 @@ from ticdc_delta.errors import ConcurrentJobError, SinkError, StorageUnavailable
 
 from .sink import Txn, already_applied, commit_properties, read_table, run_commit, storage_error
 
-__all__ = ["PipelineState", "StateStore", "STATE_SCHEMA", "STATE_FORMAT", "STATE_TABLE_PROPERTIES",
+__all__ = ["PipelineState", "StateStore", "vacuum_due", "STATE_SCHEMA", "STATE_FORMAT", "STATE_TABLE_PROPERTIES",
            "RESET_BATCH_ID", "epoch_app_id"]
 
 log = logging.getLogger(__name__)
@@ -110,6 +110,13 @@ class PipelineState:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+def vacuum_due(version: int | None, every: int) -> bool:
+    """Whether a table whose save just committed ``version`` is due for a vacuum: once in ``every``
+    versions (never for ``0``). From the table's version, not a count of this process's saves: a job run
+    ``--once`` every few minutes saves a few times per process, and its replaced files piled up forever."""
+    return bool(every) and version is not None and (version + 1) % every == 0
+
+
 class StateStore:
     """The job's state table at ``path``, written by app id ``app_id``.
 
@@ -117,8 +124,9 @@ class StateStore:
         path: the Delta table's location (local path or object-store URI).
         app_id: the writer's app id for the Delta app transaction (the job's identity).
         storage_options: passed to delta-rs.
-        vacuum_every: after this many saves by this object, delete the data files of replaced versions
-            (only the latest version is ever read); ``0`` never.
+        vacuum_every: delete the data files of replaced versions (only the latest version is ever read)
+            once in this many versions of the table: decided from the version a save commits, so that
+            short runs (``--once`` under a scheduler, a few batches each) vacuum too; ``0`` never.
         max_retries: commit races retried before :class:`~ticdc_delta.errors.ConcurrentCommitError`.
 
     Raises:
@@ -145,7 +153,6 @@ class StateStore:
         self._storage_options = dict(storage_options) if storage_options else None
         self._vacuum_every = vacuum_every
         self._max_retries = max_retries
-        self._saves = 0
         self._seen_version: int | None = None  # the table version last loaded or written (-1: none)
         self._tuned = False  # the table has STATE_TABLE_PROPERTIES (made with them, or _tune)
 
@@ -264,10 +271,8 @@ class StateStore:
             return True
 
         written = run_commit("save state to", self.path, attempt, max_retries=self._max_retries)
-        if written:
-            self._saves += 1
-            if self._vacuum_every and self._saves % self._vacuum_every == 0:
-                self.vacuum()
+        if written and vacuum_due(self._seen_version, self._vacuum_every):
+            self.vacuum()
         return written
 
     def reset(self, state: PipelineState) -> None:
