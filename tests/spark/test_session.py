@@ -173,3 +173,21 @@ def test_the_launchers_settings_file_is_read_as_spark_reads_it(tmp_path: Path) -
     (tmp_path / "home" / "conf").mkdir(parents=True)
     (tmp_path / "home" / "conf" / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions -XX:+UseSerialGC\n")
     assert _collector_chosen_elsewhere({}, {"SPARK_HOME": str(tmp_path / "home")})
+
+
+def test_a_big_python_function_leaves_no_file_behind_on_the_driver(spark: Any) -> None:
+    """A micro-batch's function over 1 MiB (many Avro schemas, a catch-up batch's resolved marks) was a
+    pyspark broadcast: one file per batch in the driver's temporary directory, never deleted."""
+    import os
+
+    payload = os.urandom(2 * 1024 * 1024)
+
+    def passthrough(batches: Any, carried: bytes = payload) -> Any:
+        yield from batches
+
+    frame = spark.range(4)
+    temp_dir = spark.sparkContext._temp_dir  # noqa: SLF001 - where pyspark writes its broadcasts
+    before = set(os.listdir(temp_dir))
+    for _ in range(3):
+        assert frame.mapInArrow(passthrough, frame.schema).count() == 4
+    assert set(os.listdir(temp_dir)) == before

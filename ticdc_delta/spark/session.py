@@ -66,6 +66,9 @@ nothing to turn off. Neither changes the job's plans: it reads no bucketed table
 second only lets adaptive execution (off in :data:`DEFAULT_CONFS`) keep its final-stage optimizations in
 a cached plan. The engine sets them on every session it uses (:func:`cache_in_session`)."""
 
+UDF_INLINE_BYTES = "1g"
+"""Python functions up to this size go inside Spark's tasks rather than as broadcasts of their own."""
+
 #: Settings for a 2-core, few-GiB machine: few shuffle partitions, no UI, Arrow on, modest memory.
 DEFAULT_CONFS: dict[str, str] = {
     "spark.sql.shuffle.partitions": "2",
@@ -95,6 +98,12 @@ DEFAULT_CONFS: dict[str, str] = {
     # alternately, fresh processes, 1M changes in 250k batches: a fresh JVM 18.1k/18.4k changes/s against
     # 17.6k/17.5k compressed, warm 28.5k/28.6k against 26.8k/27.4k (see docs/performance.md)
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
+    # pyspark ships a Python function whose pickle is over this size (1 MiB by default) as a broadcast,
+    # written to a file in the driver's temporary directory that nothing deletes until the JVM exits: a
+    # micro-batch whose function carries many Avro schemas or a catch-up batch's resolved marks left one
+    # such file per batch (measured: 5 runs of a 2 MiB function, 5 files of 2 MiB). Under this bound the
+    # function travels inside the task, whose broadcast Spark cleans up itself.
+    "spark.broadcast.UDFCompressionThreshold": UDF_INLINE_BYTES,
     **CACHE_IN_SESSION_CONFS,
 }
 
