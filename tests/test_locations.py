@@ -179,3 +179,16 @@ def test_file_urls_that_name_no_local_file(location: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         local_path(location)
     assert file_path("s3://b/x") == "s3://b/x" and file_path("/x") == "/x"
+
+
+def test_names_too_long_for_any_location_are_refused_without_filling_the_cache() -> None:
+    from ticdc_delta import locations
+
+    before = locations._cached_table_name_problem.cache_info().currsize
+    for i in range(20):
+        problem = locations.table_name_problem("s", f"{i}" + "x" * 70_000)
+        assert problem is not None and "bytes as a path component" in problem
+    assert locations._cached_table_name_problem.cache_info().currsize == before
+    assert locations.table_name_problem("s", "t") is None
+    assert locations._cached_table_name_problem.cache_info().currsize == before + 1 or \
+        locations._cached_table_name_problem.cache_info().hits > 0

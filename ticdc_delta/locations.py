@@ -150,18 +150,28 @@ def check_name(name: str, what: str = "name") -> str:
     return encoded
 
 
-@functools.lru_cache(maxsize=4096)
 def table_name_problem(schema: str, table: str) -> str | None:
     """Why no location can hold table ``schema.table`` (in either case folding), or ``None`` when one
-    can. Cached: it runs once per row event on the executors, where the same names repeat."""
+    can. Cached: it runs once per row event on the executors, where the same names repeat. Names too long
+    for any location are answered without the cache, which holds its entries in Spark's reused Python
+    workers for their lifetime: 4,096 names of 64 KiB each (corrupt or hostile input) held 258 MiB."""
     if not isinstance(schema, str) or not isinstance(table, str):
         return f"table {schema!r}.{table!r}: schema and table names must be text"
+    if len(schema) > MAX_COMPONENT_BYTES or len(table) > MAX_COMPONENT_BYTES:  # (no character encodes shorter)
+        return _table_name_problem(schema, table)
+    return _cached_table_name_problem(schema, table)
+
+
+def _table_name_problem(schema: str, table: str) -> str | None:
     try:
         for s, t in {(schema, table), (schema.lower(), table.lower())}:
             table_location("/", s, t)
     except IdentifierError as exc:
         return str(exc)
     return None
+
+
+_cached_table_name_problem = functools.lru_cache(maxsize=4096)(_table_name_problem)
 
 
 def encode_component(name: str) -> str:
