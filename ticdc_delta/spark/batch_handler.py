@@ -63,6 +63,10 @@ and goes on). Stages:
 FAULT_PAUSE_S = 5.0
 """How long a ``pause`` fault holds its batch."""
 
+HELD_ROWS_WARNING = 1_000_000
+"""Held rows (``delta-rs`` engine) from which each batch's progress is followed by a warning, again at each
+doubling."""
+
 DEAD_LETTER_IDENT = TableIdent("_ticdc", "dead_letter")
 DEAD_LETTER_SCHEMA = pa.schema(
     [
@@ -191,6 +195,7 @@ class BatchHandler:
         self.error: BaseException | None = None
         self.batches = 0
         self._warned_clock = False
+        self._held_warning_at = HELD_ROWS_WARNING
         self._engine: Any = None
         if cfg.sink.engine == "spark":
             from .engine import SparkEngine
@@ -646,6 +651,29 @@ class BatchHandler:
         if empty:
             line["empty_topics"] = empty
         progress_log.info(json.dumps(line, sort_keys=False))
+        if self._engine is None:
+            self._warn_held(batch_id, plan.held, lag)
+
+    def _warn_held(self, batch_id: int, held: int, lag: float | None) -> None:
+        """On the delta-rs engine held rows live in the driver's memory and are written whole to the state
+        table every batch: warn when they pass :data:`HELD_ROWS_WARNING`, then each doubling, naming the
+        partition that holds them back (a stalled one grows them without bound, to the driver's end)."""
+        if held < self._held_warning_at:
+            if held < HELD_ROWS_WARNING // 2:
+                self._held_warning_at = HELD_ROWS_WARNING  # (back to normal: warn again next time)
+            return
+        while self._held_warning_at <= held:
+            self._held_warning_at *= 2
+        marks = self._state.watermarks if self._state is not None else {}
+        slowest = min(marks.items(), key=lambda item: item[1]) if marks else None
+        behind = (f"the slowest partition is {slowest[0][0]}[{slowest[0][1]}] at resolved ts {slowest[1]}"
+                  if slowest else "no partition has resolved yet")
+        log.warning(
+            "batch %d: %d rows held waiting for the watermark (%s; %s s behind); the delta-rs engine keeps "
+            "them in the driver's memory and rewrites them to the state table every batch: find why that "
+            "partition does not advance (`status` lists the partitions and topics rows wait for), or run "
+            "with sink.engine: spark, which keeps held rows in a staging table",
+            batch_id, held, behind, "?" if lag is None else f"{lag:.0f}")
 
     def _empty_topics(self) -> list[str]:
         """The listed topics that hold nothing back: the broker does not have them, or they have never resolved
