@@ -478,6 +478,7 @@ class BatchHandler:
                                            delta_rs_compaction, batch_id)
         self._progress(batch_id, offsets, counts, plan, result, len(errors) + len(screen.rejections),
                        time.monotonic() - started, timings, values=len(screen.rejections))
+        self._warn_held(batch_id, plan)
 
     def _mark_compactions(self, meta: dict, written: Any, dead_letters: bool, batch_id: int) -> None:
         """Mark in ``meta`` (batch ``batch_id``'s state, about to be saved) the tables :meth:`_compact` will
@@ -651,19 +652,20 @@ class BatchHandler:
         if empty:
             line["empty_topics"] = empty
         progress_log.info(json.dumps(line, sort_keys=False))
-        if self._engine is None:
-            self._warn_held(batch_id, plan.held, lag)
 
-    def _warn_held(self, batch_id: int, held: int, lag: float | None) -> None:
+    def _warn_held(self, batch_id: int, plan: Any) -> None:
         """On the delta-rs engine held rows live in the driver's memory and are written whole to the state
         table every batch: warn when they pass :data:`HELD_ROWS_WARNING`, then each doubling, naming the
         partition that holds them back (a stalled one grows them without bound, to the driver's end)."""
+        held = plan.held
         if held < self._held_warning_at:
             if held < HELD_ROWS_WARNING // 2:
                 self._held_warning_at = HELD_ROWS_WARNING  # (back to normal: warn again next time)
             return
         while self._held_warning_at <= held:
             self._held_warning_at *= 2
+        low = lowest(plan.topic_watermarks.values())
+        lag = None if low is None else time.time() - tso_physical_ms(low) / 1000.0
         marks = self._state.watermarks if self._state is not None else {}
         slowest = min(marks.items(), key=lambda item: item[1]) if marks else None
         behind = (f"the slowest partition is {slowest[0][0]}[{slowest[0][1]}] at resolved ts {slowest[1]}"
