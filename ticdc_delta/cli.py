@@ -113,7 +113,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         batches = run_job(cfg, once=args.once, stop=stop)
     except StoppedBySignal as exc:
         print(f"ticdc-delta: changefeed {cfg.changefeed}: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return exit_code_for(exc)
     finally:
         stop.uninstall()
     print(f"ticdc-delta: changefeed {cfg.changefeed}: {batches} micro-batch(es) committed", file=sys.stderr)

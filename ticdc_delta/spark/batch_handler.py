@@ -619,8 +619,7 @@ class BatchHandler:
         not list them (the spark engine keeps its rows' rejections on the executors); ``split``: the tables
         whose rules ran in key buckets, and how many; ``columnar``: the tables that took the columnar path;
         ``key_range``: the tables whose MERGE was bounded to its key range (both the spark engine)."""
-        low = lowest(plan.topic_watermarks.values())  # (none while a topic has none: the bound rows wait for)
-        lag = None if low is None else round(time.time() - tso_physical_ms(low) / 1000.0, 3)
+        low, lag = _watermark_lag(plan)
         line = {
             "batch_id": batch_id,
             "changefeed": self.cfg.changefeed,
@@ -664,8 +663,7 @@ class BatchHandler:
             return
         while self._held_warning_at <= held:
             self._held_warning_at *= 2
-        low = lowest(plan.topic_watermarks.values())
-        lag = None if low is None else time.time() - tso_physical_ms(low) / 1000.0
+        _, lag = _watermark_lag(plan)
         marks = self._state.watermarks if self._state is not None else {}
         slowest = min(marks.items(), key=lambda item: item[1]) if marks else None
         behind = (f"the slowest partition is {slowest[0][0]}[{slowest[0][1]}] at resolved ts {slowest[1]}"
@@ -731,6 +729,13 @@ def _record_json(record: ChangeRecord) -> str:
     return json.dumps({"kind": "row", "commit_ts": record.commit_ts, "schema": record.schema,
                        "table": record.table, "op": record.op, "columns": image(record.new),
                        "old": image(record.old)}, ensure_ascii=True)
+
+
+def _watermark_lag(plan: Any) -> tuple[int | None, float | None]:
+    """The batch's watermark (the lowest of its topics': none while a topic has none, the bound rows wait
+    for) and how many seconds it is behind the clock (rounded to the millisecond)."""
+    low = lowest(plan.topic_watermarks.values())
+    return low, None if low is None else round(time.time() - tso_physical_ms(low) / 1000.0, 3)
 
 
 def next_state_meta(previous: Mapping[str, Any], plan: Any, applier: DeltaApplier, result: ApplyResult,

@@ -12,6 +12,7 @@ code follows them: 75 for a broker that went away, 1 for lost data or a missing 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from ..config import JobConfig
 from ..errors import TerminalError, one_line
 from .batch_handler import BatchHandler
-from .stop import StopRequest
+from .stop import POLL_S, StopRequest
 
 __all__ = ["run_job", "build_handler", "spark_for", "drain_listener_bus", "json_progress_listener", "query_name"]
 
@@ -347,11 +348,7 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
             if stop is not None and stop.requested:
                 # the gate refused a batch, or the signal reached Spark's JVM too (a process group's) and
                 # it failed the batch in flight: the stop, not the failure, ended the run
-                if isinstance(handler.error, TerminalError):
-                    raise handler.error from None
-                if "StoppedBySignal" not in str(exc):
-                    log.warning("the query ended with an error after the stop was requested: %s", one_line(exc))
-                raise stop.exception(handler.batches) from None
+                raise _stopped(stop, handler, exc) from None
             err = _unwrap(exc, handler)
             if err is exc:
                 raise
@@ -380,15 +377,23 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
         if mirror is not None:
             mirror.close()
     if stop is not None and stopped:
-        if isinstance(handler.error, TerminalError):  # the batch in flight failed: a human must see why
-            raise handler.error
-        if handler.error is not None:
-            log.warning("the micro-batch in flight failed after the stop was requested (the next start "
-                        "does it again): %s", one_line(handler.error))
-        raise stop.exception(handler.batches)
+        raise _stopped(stop, handler)
     if handler.error is not None:
         raise handler.error
     return handler.batches
+
+
+def _stopped(stop: StopRequest, handler: BatchHandler, failure: BaseException | None = None) -> BaseException:
+    """What ends a run the requested ``stop`` ended: the batch in flight's terminal error (a human must see
+    why), else :class:`~ticdc_delta.errors.StoppedBySignal`, with any other failure of the batch or of the
+    query (``failure``) logged — the next start does that batch again."""
+    if isinstance(handler.error, TerminalError):
+        return handler.error
+    cause = handler.error if handler.error is not None else failure
+    if cause is not None and "StoppedBySignal" not in str(cause):  # (not the gate's own refusal)
+        log.warning("the micro-batch in flight failed after the stop was requested (the next start does it "
+                    "again): %s", one_line(cause))
+    return stop.exception(handler.batches)
 
 
 def _await(query: Any, stop: StopRequest | None) -> bool:
@@ -397,8 +402,6 @@ def _await(query: Any, stop: StopRequest | None) -> bool:
     if stop is None:
         query.awaitTermination()
         return False
-    from .stop import POLL_S
-
     while not query.awaitTermination(POLL_S):
         if stop.requested:
             stop.close()  # waits for the batch in flight; none starts after it
@@ -416,8 +419,6 @@ def _wait_for_commit(query: Any, batch_id: int | None, timeout_s: float = COMMIT
     """Wait until Spark has recorded batch ``batch_id``: its progress (posted after the commit log entry), or
     a later batch's. The handler returning is not enough: a query stopped in between does that batch again
     at the next start."""
-    import time
-
     if batch_id is None:
         return
     deadline = time.monotonic() + timeout_s

@@ -36,15 +36,14 @@ class StopRequest:
     """Whether, and by which signal, the run was asked to stop; the gate every micro-batch passes.
 
     :meth:`gate` wraps the ``foreachBatch`` function: a batch runs under a lock, so :meth:`close` waits for the
-    one in flight; a batch that starts after it raises (Spark then commits nothing for it, and the next start
-    runs it). :meth:`install` makes SIGTERM and SIGINT call :meth:`request` (main thread only).
+    one in flight; a batch that starts once the stop is requested raises (Spark then commits nothing for it,
+    and the next start runs it). :meth:`install` makes SIGTERM and SIGINT call :meth:`request` (main thread only).
     """
 
     def __init__(self) -> None:
         self.signum: int | None = None
         self._requested = threading.Event()
         self._lock = threading.Lock()
-        self._closed = False
         self._previous: dict[int, Any] = {}
         self.finished: int | None = None
         """The id of the last micro-batch that passed the gate and returned (Spark commits it after)."""
@@ -101,7 +100,7 @@ class StopRequest:
 
         def call(batch_df: Any, batch_id: int) -> None:
             with self._lock:
-                if self._closed or self.requested:
+                if self.requested:
                     # raised, not returned: a batch that returns is committed by Spark, with nothing applied
                     raise StoppedBySignal(self.signum or signal.SIGTERM, 0,
                                           f"micro-batch {batch_id} is left to the next start")
@@ -111,9 +110,9 @@ class StopRequest:
         return call
 
     def close(self) -> None:
-        """Wait for the batch in flight to end; no batch starts after this."""
+        """Wait for the batch in flight to end (once a stop is requested, none starts after it)."""
         with self._lock:
-            self._closed = True
+            pass
 
 
 def _exit_now(code: int) -> None:
