@@ -425,6 +425,20 @@ def _split_tables(spark: Any, layouts: dict[tuple[str, str], list[Any]], held: l
     return out
 
 
+def _rekeyed(meta: dict[str, Any], keys: _ConfiguredKeys) -> set[tuple[str, str]]:
+    """The tables whose staged held rows were routed under another configured key than today's
+    (``tables[].key`` edited between two runs): their stored ``hashes`` name the old key's buckets, so such
+    a table is not split into key buckets for this batch — a held row in a bucket that does not own its
+    key would be dropped — and its rows held again are routed by today's key. A state from before the
+    staged rows' keys were recorded (no ``held_keys``): every table with staged rows."""
+    recorded = meta.get("held_keys")
+    tables = {(schema, table) for schema, table, *_ in meta.get("held_layouts") or ()}
+    if recorded is None:
+        return tables
+    known = {(schema, table): key for schema, table, key in recorded}
+    return {ident for ident in tables if ident not in known or known[ident] != keys(*ident)}
+
+
 def _with_buckets(rows: Any, split: dict[tuple[str, str], int], slots: list[int] | None = None) -> Any:
     """``rows`` with the ``bucket`` each goes to, the table's ``buckets`` and whether it is there as
     ``primary`` (a key-changing update of a split table is in its new key's bucket and, when another, in
@@ -953,8 +967,9 @@ class SparkEngine:
             if columnar:
                 record_rows = rows.filter(~F.concat_ws("\0", "schema", "table").isin(
                     *[f"{schema}\0{table}" for schema, table in columnar]))
+            unsplit = set(columnar) | (_rekeyed(h._meta, keys) if staged_batch is not None else set())
             split = {ident: n for ident, n in _split_tables(spark, layouts, held_layouts, cfg.sink.split_rows,
-                                                            keys).items() if ident not in columnar}
+                                                            keys).items() if ident not in unsplit}
             tables = set(layouts) | {(schema, table) for schema, table, _, _ in held_layouts or ()}
             if held_layouts is None or not tables <= set(columnar):  # rows of a table the record path takes
                 out = self._group_rules(spark, record_rows, split, job).persist(StorageLevel.MEMORY_AND_DISK)
@@ -1045,6 +1060,8 @@ class SparkEngine:
             meta["held_by_table"] = held_by_table  # for `status` (the rows are in the staging table)
             meta["held_layouts"] = [[schema, table, sorted(sigs), n]
                                     for (schema, table), (sigs, n) in sorted(next_layouts.items())]
+            # the key each held table's staged rows were routed by (their ``hashes``; see _rekeyed)
+            meta["held_keys"] = [[schema, table, keys(schema, table)] for schema, table in sorted(next_layouts)]
             h._mark_compactions(meta, applier.written_tables, bool(counts["error"] + n_values + implausible), batch_id)
             h._fault("before_state", batch_id)
             h.store.save(
