@@ -199,7 +199,7 @@ def test_a_partition_quiet_since_a_reset_to_offsets_goes_on_from_its_offset(job:
     after_reset = _state(tmp_path).meta
     plan = SimpleNamespace(state=SimpleNamespace(applied_ddl=[]), topic_watermarks={})
     meta = next_state_meta(after_reset, plan, SimpleNamespace(catalog=TableCatalog()), ApplyResult(),
-                           {("cdc", 0): (5000, 5000)}, "q-new", totals={})
+                           {("cdc", 0): (5000, 5000)}, "q-new", engine="delta-rs", totals={})
     assert meta["next_offsets"] == {"cdc": {"0": 5001, "1": 7000}}
     store = StateStore(str(tmp_path / "ckpt" / "state"), "rs")
     store.save(5, PipelineState(5, {}, [], meta))  # (the batch after the reset, as the job saves it)

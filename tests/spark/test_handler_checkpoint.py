@@ -209,3 +209,67 @@ def test_a_key_edited_between_runs_keeps_the_rows_held_across_it(spark: Any, tmp
         KAFKA_SCHEMA), 1)
     table = read_table(after.table_path("test", "orders")).to_pylist()
     assert sorted(r["code"] for r in table) == sorted([f"h{i}" for i in range(8)] + [f"n{i}" for i in range(40)])
+
+
+def _canal_table_row(table: str, commit_ts: int, row_id: int) -> bytes:
+    return json.dumps({
+        "id": 0, "database": "test", "table": table, "pkNames": ["id"], "isDdl": False, "type": "INSERT",
+        "es": 1, "ts": 1, "sql": "", "sqlType": {"id": -5}, "mysqlType": {"id": "bigint"},
+        "data": [{"id": str(row_id)}], "old": None, "_tidb": {"commitTs": commit_ts},
+    }).encode()
+
+
+def _canal_ddl(table: str, commit_ts: int, sql: str) -> bytes:
+    return json.dumps({"id": 0, "database": "test", "table": table, "pkNames": None, "isDdl": True, "type": "ALTER",
+                       "es": 1, "ts": 1, "sql": sql, "sqlType": None, "mysqlType": None, "data": None,
+                       "old": None, "_tidb": {"commitTs": commit_ts}}).encode()
+
+
+def _offset_log(tmp: Path, batch_id: int, planned_ms: int) -> None:
+    """Spark's offset log entry of ``batch_id`` (written before the batch runs, kept for its re-runs)."""
+    offsets = tmp / "ckpt" / "spark" / "offsets"
+    offsets.mkdir(parents=True, exist_ok=True)
+    (offsets / str(batch_id)).write_text(
+        f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{planned_ms},"conf":{{}}}}\n{{"cdc":{{"0":0,"1":0}}}}\n')
+
+
+def test_a_batch_begun_on_one_engine_is_not_rerun_on_the_other(spark: Any, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The delta-rs engine cuts every table's rows at every DDL of a batch, the spark engine only at the
+    table's own DDL: the two number a table's commits of one batch differently. A batch the delta-rs engine
+    half applied (table b's rows before a DDL of table a committed, its rows after it not) re-run on the
+    spark engine had its one MERGE of b skipped as already committed, and b's later rows were lost. Such a
+    re-run is refused with the way on; a switch between finished batches goes on."""
+    import time
+
+    from ticdc_delta.errors import ConfigError
+    from ticdc_delta.spark.batch_handler import FAULT_ENV, InjectedFault
+
+    base = json.loads(json.dumps(_cfg(tmp_path).model_dump(mode="json", exclude_none=True)))
+    on = {engine: config_from_mapping({**base, "sink": {**base["sink"], "engine": engine}})
+          for engine in ("delta-rs", "spark")}
+    ts = TsoClock.START_MS << 18
+    frames = [[_canal_table_row("a", ts + 1, 1), _canal_table_row("b", ts + 1, 1)],
+              [_canal_table_row("b", ts + 3, 2), _canal_ddl("a", ts + 4, "ALTER TABLE a ADD COLUMN z INT"),
+               _canal_table_row("b", ts + 5, 3)]]
+    batches = []
+    for batch_id, messages in enumerate(frames):
+        rows = [("cdc", 0, 10 * batch_id + i, None, m) for i, m in enumerate(messages)]
+        rows += [("cdc", 0, 10 * batch_id + 9, None, _canal_watermark(ts + 2 + 8 * batch_id)),
+                 ("cdc", 1, batch_id, None, _canal_watermark(ts + 2 + 8 * batch_id))]
+        batches.append(spark.createDataFrame(rows, KAFKA_SCHEMA))
+    _handler(on["delta-rs"])(batches[0], 0)
+    _offset_log(tmp_path, 1, int(time.time() * 1000) - 60_000)  # batch 1 planned by that earlier run
+    monkeypatch.setenv(FAULT_ENV, "after_merge@1")
+    with pytest.raises(InjectedFault):
+        _handler(on["delta-rs"])(batches[1], 1)  # dies after its first commit (b's rows before the DDL)
+    monkeypatch.delenv(FAULT_ENV)
+
+    with pytest.raises(ConfigError, match=r"micro-batch 1 was begun by the delta-rs engine and did not finish .* "
+                                          r"finish it with sink\.engine: delta-rs \(one `run --once`\), then switch"):
+        _handler(on["spark"])(batches[1], 1)
+    _handler(on["delta-rs"])(batches[1], 1)  # the way on: the batch finished on its engine ...
+    spark_run = _handler(on["spark"])
+    spark_run(batches[0], 2)  # ... then the other engine's run goes on (a replay of batch 0's messages)
+    assert spark_run.batches == 1
+    assert sorted(r["id"] for r in read_table(on["spark"].table_path("test", "b")).to_pylist()) == [1, 2, 3]

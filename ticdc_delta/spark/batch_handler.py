@@ -196,6 +196,8 @@ class BatchHandler:
         self.batches = 0
         self._warned_clock = False
         self._held_warning_at = HELD_ROWS_WARNING
+        # (wall clock, ms) a batch Spark planned before this: begun by an earlier run (see _check_engine_switch)
+        self._created_ms = int(time.time() * 1000)
         self._engine: Any = None
         if cfg.sink.engine == "spark":
             from .engine import SparkEngine
@@ -338,6 +340,26 @@ class BatchHandler:
                 catalog.set_params(self.cfg.fold_name(schema), self.cfg.fold_name(table), column, TypeParams(p.get("precision"), p.get("scale"), members))
         self._avro_params_key = key
 
+    def _check_engine_switch(self, checkpoint: SparkCheckpoint, batch_id: int) -> None:
+        """Refuse to re-run, on the other engine, a batch an earlier run began on one engine and did not
+        finish. Both engines number a batch's Delta transactions ``N·1024 + step``, but they cut a table's
+        rows at different DDL (``delta-rs`` at every DDL of the batch, ``spark`` only at the table's own),
+        so the steps do not line up: a table's MERGE the re-run numbers like one the first attempt
+        committed would be skipped by Delta, its rows lost. A batch Spark planned before this run started
+        (its offset log's ``batchTimestampMs``) is such a re-run; a switch between finished batches is safe."""
+        before = self._meta.get("engine")  # (None: a state saved before the engine was recorded)
+        if before is None or before == self.cfg.sink.engine:
+            return
+        planned = checkpoint.batch_timestamp_ms(batch_id)
+        if planned is None or planned >= self._created_ms:
+            return
+        raise ConfigError(
+            f"micro-batch {batch_id} was begun by the {before} engine and did not finish (the state is at batch "
+            f"{self._loaded_batch}); the {self.cfg.sink.engine} engine numbers its Delta commits differently and "
+            f"could skip what that attempt committed: finish it with sink.engine: {before} (one `run --once`), "
+            f"then switch"
+        )
+
     def _handle(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
         if self._state is None:
@@ -360,6 +382,8 @@ class BatchHandler:
             # this changefeed whose checkpoint was deleted whole; a new epoch keeps batch 0 from being skipped.
             # The query id is the same when this batch is re-run, so the epoch is too.
             self._meta.setdefault("epoch", query_id)
+        if self.batches == 0:
+            self._check_engine_switch(checkpoint, batch_id)
         guard = self._ts_guard(checkpoint, batch_id)
         # a half-done snapshot load stops the job before anything is read (core/snapshot_seam)
         seam = seam_from_state(self._meta.get("snapshots"))
@@ -452,7 +476,7 @@ class BatchHandler:
         timings["apply"] = time.monotonic() - t_apply
 
         meta = next_state_meta(
-            self._meta, plan, applier, result, offsets, query_id,
+            self._meta, plan, applier, result, offsets, query_id, engine="delta-rs",
             totals={"replays_dropped": plan.replays_dropped,
                     "dead_letters": len(errors) + len(screen.rejections),
                     "dead_letter_values": len(screen.rejections),
@@ -740,12 +764,13 @@ def _watermark_lag(plan: Any) -> tuple[int | None, float | None]:
 
 def next_state_meta(previous: Mapping[str, Any], plan: Any, applier: DeltaApplier, result: ApplyResult,
                     offsets: Mapping[tuple[str, int], tuple[int, int] | list[int]], query_id: Any, *,
-                    totals: Mapping[str, int]) -> dict[str, Any]:
+                    engine: str, totals: Mapping[str, int]) -> dict[str, Any]:
     """The state's ``meta`` after a batch, for either engine: applied DDL ids, the type catalog, per-table
     rows applied and commit ts, running totals (``totals`` are this batch's counts; ``rows_applied`` is
     added from ``result``), topic watermarks, the Spark query it belongs to, and where each partition goes
-    on after this batch (what ``reset --from state`` restarts from)."""
+    on after this batch (what ``reset --from state`` restarts from), and the ``engine`` that applied it."""
     meta = dict(previous)
+    meta["engine"] = engine
     meta["applied_ddl"] = [list(d) for d in plan.state.applied_ddl]
     meta["catalog"] = applier.catalog.to_json()
     tables = dict(meta.get("tables", {}))

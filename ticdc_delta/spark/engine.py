@@ -30,7 +30,9 @@ batch the state holds and built the ts guard):
    ``ALTER TABLE`` for columns), which also create the tables and add the columns rows carry. Each MERGE
    carries the app transaction ``(changefeed, N·1024 + step)`` through the session confs
    ``spark.databricks.delta.write.txnAppId``/``txnVersion``: after a crash the re-run skips what was
-   committed, with the same numbering as the ``delta-rs`` engine.
+   committed. The ``delta-rs`` engine uses the same scheme but cuts a table's rows at every DDL of the batch,
+   so its steps differ: a batch one engine began is not re-run on the other
+   (:meth:`~ticdc_delta.spark.batch_handler.BatchHandler._check_engine_switch`).
 5. Rows still held are appended to the staging table (``<checkpoint>/staging``) tagged ``held_at = N`` and
    ``app`` = the app id (``changefeed~epoch``; transaction ``(app/staging, N)``), in a thread of its own
    while step 4's MERGEs run; once both have ended, the state blob records
@@ -1049,7 +1051,7 @@ class SparkEngine:
             from .batch_handler import next_state_meta  # the handler imports this module
 
             meta = next_state_meta(
-                h._meta, plan, applier, result, offsets, query_id,
+                h._meta, plan, applier, result, offsets, query_id, engine="spark",
                 totals={"replays_dropped": replays, "dead_letters": counts["error"] + n_values,
                         "dead_letter_values": n_values, "implausible_ts": implausible,
                         "snapshot_dropped": plan.snapshot_dropped},
