@@ -109,3 +109,60 @@ def test_a_listed_topic_missing_or_empty_holds_nothing_back(broker: Any, spark: 
     assert sorted(sink.read(TableIdent("d", "a")).column("k").to_pylist()) == [1, 2, 3]
     assert sink.read(TableIdent("d", "b")).to_pylist() == [{"k": 1, "v": "b1"}]
     assert collect_status(cfg)["rows_held"] == 0
+
+
+def test_a_topic_taken_out_of_the_list_stops_with_the_way_on(broker: Any, spark: Any, tmp_path: Path,
+                                                             unique_name: Any) -> None:
+    """A topic dispatcher's topic whose tables are gone resolves nothing more and holds every row back;
+    the documented way on is to take it out of ``source.topics``. Spark's Kafka source then took the topic's
+    partitions for deleted and stopped as if Kafka had lost data (``KafkaDataLossError``, on every retry).
+    Now the job says what happened and how to go on (``reset --from state``), which loses nothing."""
+    import json
+
+    from ticdc_delta.cli import EXIT_OK, main
+    from ticdc_delta.codec import encoder_for
+    from ticdc_delta.codec.model import Column, ColumnFlag, Op, ResolvedEvent, RowChange, TypeCode
+    from ticdc_delta.delta.sink import TableIdent
+    from ticdc_delta.errors import ConfigError
+
+    kept, retired = unique_name("kept"), unique_name("retired")
+    for topic in (kept, retired):
+        broker.create_topic(topic, partitions=1)
+    encode = encoder_for("canal-json", {"enable-tidb-extension": "true"}).encode
+    key = ColumnFlag.HANDLE_KEY | ColumnFlag.PRIMARY_KEY
+
+    def insert(ts: int, table: str, k: int) -> RowChange:
+        return RowChange(ts, "d", table, Op.INSERT, (Column("k", TypeCode.BIGINT, key, k),), None)
+
+    def produce(topic: str, events: list[Any]) -> None:
+        broker.produce_many(topic, [(0, m.key, m.value) for m in encode(events)])
+
+    def config(topics: list[str]) -> tuple[Any, Path]:
+        data = {"changefeed": "retire", "checkpoint": str(tmp_path / "ckpt"),
+                "sink": {"path": str(tmp_path / "lake"), "engine": job_engine("spark")},
+                "source": {"bootstrap_servers": broker.bootstrap_servers, "topics": topics,
+                           "protocol": "canal-json", "options": {"enable-tidb-extension": "true"}}}
+        path = tmp_path / "job.yaml"
+        path.write_text(json.dumps(data))
+        return config_from_mapping(data), path
+
+    base = 446_000_000_000_000_000
+    produce(kept, [insert(base + 1, "a", 1), ResolvedEvent(base + 3)])
+    produce(retired, [insert(base + 2, "b", 1), ResolvedEvent(base + 3)])
+    both, _ = config([kept, retired])
+    run_job(both, once=True, spark=spark)
+    sink = _ConfiguredSink(both)
+    assert sink.read(TableIdent("d", "b")).column("k").to_pylist() == [1]
+
+    produce(kept, [insert(base + 4, "a", 2), ResolvedEvent(base + 6)])  # the retired topic resolves no more
+    run_job(both, once=True, spark=spark)
+    assert sink.read(TableIdent("d", "a")).column("k").to_pylist() == [1] and collect_status(both)["rows_held"] == 1
+
+    one, yaml_path = config([kept])
+    with pytest.raises(ConfigError, match=rf"source\.topics no longer lists {retired}, which the Spark checkpoint .*"
+                                          r"reset --config <your\.yaml> --from state --yes"):
+        run_job(one, once=True, spark=spark)
+    assert main(["reset", "--config", str(yaml_path), "--from", "state", "--yes"]) == EXIT_OK
+    run_job(one, once=True, spark=spark)
+    assert sorted(sink.read(TableIdent("d", "a")).column("k").to_pylist()) == [1, 2]
+    assert collect_status(one)["rows_held"] == 0

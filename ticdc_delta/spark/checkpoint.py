@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from typing import Any
 
-from ..errors import CheckpointMismatchError, ConcurrentJobError
+from ..errors import CheckpointMismatchError, ConcurrentJobError, ConfigError
 from ..locations import local_path
 
-__all__ = ["SparkCheckpoint", "check_state_belongs", "concurrent_job_error", "RECOVERY_HINT", "STATE_RECOVERY_HINT"]
+__all__ = ["SparkCheckpoint", "check_state_belongs", "check_topics_kept", "concurrent_job_error", "RECOVERY_HINT",
+           "STATE_RECOVERY_HINT"]
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +96,33 @@ class SparkCheckpoint:
                 f"Spark checkpoint {self.location}/metadata is not Spark's query metadata: {exc}"
             ) from None
 
+    def latest_batch(self) -> int | None:
+        """The id of the last batch in the offset log (Spark writes it before the batch runs), ``None`` when
+        there is none."""
+        path = f"{self.location}/offsets"
+        local = local_path(path)
+        if local is not None:
+            try:
+                names = os.listdir(local)
+            except FileNotFoundError:
+                return None
+        elif self._spark is None:
+            return None
+        else:
+            jvm = self._spark._jvm  # noqa: SLF001 - py4j gateway, as in _read
+            hpath = jvm.org.apache.hadoop.fs.Path(path)
+            fs = hpath.getFileSystem(self._spark._jsc.hadoopConfiguration())  # noqa: SLF001
+            if not fs.exists(hpath):
+                return None
+            names = [str(status.getPath().getName()) for status in fs.listStatus(hpath)]
+        ids = [int(name) for name in names if name.isdigit()]
+        return max(ids) if ids else None
+
+    def source_topics(self, batch_id: int) -> set[str] | None:
+        """The topics batch ``batch_id``'s offset log entry reads, ``None`` when absent or not in that form."""
+        offsets = self._source_offsets(batch_id)
+        return None if offsets is None else {topic for topic, _ in offsets}
+
     def _offset_lines(self, batch_id: int) -> list[str] | None:
         """The lines of batch ``batch_id``'s offset log entry (read once per instance), ``None`` when absent."""
         if batch_id not in self._offsets:
@@ -135,6 +164,28 @@ class SparkCheckpoint:
         if end is None or start is None or not set(end) <= set(start):
             return None
         return sum(max(0, offset - start[tp]) for tp, offset in end.items())
+
+
+def check_topics_kept(checkpoint: SparkCheckpoint, topics: list[str]) -> None:
+    """Refuse to start a query whose checkpoint reads a topic ``source.topics`` no longer lists: Spark's
+    Kafka source takes a topic gone from the list for partitions deleted from Kafka, and stops as if data
+    were lost (``failOnDataLoss``), with nothing that says why. ``reset --from state`` starts Spark's
+    checkpoint again from the state, right after the last batch committed, without that topic.
+
+    Raises:
+        ConfigError: the last batch in the offset log reads a topic not in ``topics``.
+    """
+    latest = checkpoint.latest_batch()
+    read = checkpoint.source_topics(latest) if latest is not None else None
+    dropped = sorted((read or set()) - set(topics))
+    if dropped:
+        raise ConfigError(
+            f"source.topics no longer lists {', '.join(dropped)}, which the Spark checkpoint "
+            f"{checkpoint.location} reads; Spark's Kafka source cannot drop a topic from a query (it stops as if "
+            "the topic's data were lost). To go on without it, stop every job of this changefeed and run "
+            "`python -m ticdc_delta reset --config <your.yaml> --from state --yes` (the job continues right after "
+            "the last batch it committed, keeping its held rows and watermarks); or list the topic again"
+        )
 
 
 def check_state_belongs(

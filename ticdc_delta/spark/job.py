@@ -20,6 +20,7 @@ from typing import Any
 from ..config import JobConfig
 from ..errors import TerminalError, one_line
 from .batch_handler import BatchHandler
+from .checkpoint import SparkCheckpoint, check_topics_kept
 from .stop import POLL_S, StopRequest
 
 __all__ = ["run_job", "build_handler", "spark_for", "drain_listener_bus", "json_progress_listener", "query_name"]
@@ -303,6 +304,8 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
     if stop is not None and stop.installed:
         stop.install()  # again: pyspark's session set-up put its own SIGINT handler in
     scheme = _check_checkpoint_filesystem(spark, cfg.checkpoint.rstrip("/") + "/spark")
+    if cfg.source.fail_on_data_loss:  # (otherwise Spark's source drops a topic no longer listed itself)
+        check_topics_kept(SparkCheckpoint(cfg.checkpoint.rstrip("/") + "/spark", spark), cfg.topics)
     handler = handler or build_handler(cfg)
     df = read_kafka_stream(
         spark,
