@@ -21,7 +21,7 @@ META = {
     "applied_ddl": [[5, "s", "t", "CREATE TABLE t (id INT)"]],
     "checkpoint": {"query_id": "q-old"},
     "next_offsets": {"cdc": {"0": 12, "1": 7}},
-    "tables": {"s.t": {"rows_applied": 3}},
+    "tables": {"s.t": {"rows_applied": 3, "location": "/lake/s/t"}},
     "snapshots": {"s.t": {"tso": 3, "status": "done"}},
     "staging_batch": 4,
     "held_by_table": {"s.t": 1500},
@@ -76,6 +76,8 @@ def test_reset_from_earliest_clears_position_keeps_catalog_and_deletes_spark_che
     first_epoch = state.meta["epoch"]
     assert state.meta["resets"] == 1 and state.meta["starting_offsets"] == "earliest"
     assert state.meta["snapshots"] == META["snapshots"]  # the tables still hold the snapshots
+    # the stream is read again: a table deleted to be built again is made anew (not refused as moved)
+    assert state.meta["tables"] == {"s.t": {"rows_applied": 3}}
     assert "checkpoint" not in state.meta and "next_offsets" not in state.meta and "staging_batch" not in state.meta
     assert "held_by_table" not in state.meta and "topic_watermarks" not in state.meta
     assert state.meta["reset"]["previous_batch"] == 4 and state.meta["reset"]["previous_query_id"] == "q-old"
@@ -123,6 +125,7 @@ def test_reset_from_state_keeps_position_and_starts_after_the_last_batch(
     # what `status` reads: the held rows per table (spark engine: in the staging table) and the low watermark
     assert state.meta["held_by_table"] == META["held_by_table"]
     assert state.meta["topic_watermarks"] == META["topic_watermarks"]
+    assert state.meta["tables"] == META["tables"]  # (where each table is: a missing one is still refused)
 
 
 def test_reset_to_offsets_names_every_source_topic(job: tuple[Path, Path], tmp_path: Path) -> None:

@@ -252,6 +252,11 @@ class SinkError(TerminalError):
     """Writing to the Delta sink failed in a way retrying cannot fix."""
 
 
+class TableMissingError(TerminalError):
+    """A table the changefeed has written is not where the config puts it (deleted, moved, or the config's
+    location changed): starting it over there would leave out every change before."""
+
+
 class StoppedBySignal(TicdcDeltaError):
     """The run was asked to stop (SIGTERM, SIGINT) and did, after the micro-batch in flight; the next start
     resumes from the last committed batch. Exit code ``128 + signal`` (143 for SIGTERM, 130 for SIGINT), as

@@ -141,6 +141,10 @@ def plan_reset(
     kept += ("staging_batch", "staging_app", "held_layouts", "held_by_table", "topic_watermarks",
              "released_low") if keep_position else ()
     new_meta = {k: v for k, v in meta.items() if k in kept}
+    if not keep_position and isinstance(new_meta.get("tables"), dict):
+        # the stream is read again: a table deleted to be built again from it is made anew, not refused
+        new_meta["tables"] = {name: {k: v for k, v in entry.items() if k != "location"} if isinstance(entry, dict)
+                              else entry for name, entry in new_meta["tables"].items()}
     if not keep_position and start != "latest" and new_meta.get("applied_ddl"):
         # read again, a DDL that removes rows must remove them again, after the rows before it came back
         # (--from latest reads nothing again: a copy of an applied DDL still to come, on a partition TiCDC

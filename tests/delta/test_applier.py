@@ -65,3 +65,44 @@ def test_metadata_columns_keep_the_tables_spelling(tmp_path: Path) -> None:
     _apply(sink, 1, _change(5, Op.INSERT, _image(1, 1)), meta=META)
     assert sink.table_schema(T).names == ["id", "v", "_TiDB_Commit_TS", "_tidb_op"]
     assert _rows(sink) == [{"id": 1, "v": 1, "_TiDB_Commit_TS": 5, "_tidb_op": Op.INSERT}]
+
+
+def test_a_table_written_before_is_not_made_anew_unless_a_ddl_removed_it(tmp_path: Path) -> None:
+    """The state records where each table's rows went (``next_state_meta``): a later batch refuses to create
+    such a table again when it is gone (deleted, moved, or the config now puts it elsewhere). A table a DDL
+    dropped or renamed away leaves the record, and is made again by right."""
+    import shutil
+    from types import SimpleNamespace
+
+    from ticdc_delta.core.records import DDLRecord
+    from ticdc_delta.delta.ddl_replay import DDLReplayer
+    from ticdc_delta.errors import TableMissingError
+    from ticdc_delta.spark.batch_handler import next_state_meta, written_locations
+
+    sink = DeltaRsSink(str(tmp_path / "lake"))
+    evolve = SimpleNamespace(drop_table="evolve", drop_database="evolve", rename_table="evolve", unknown="fail")
+    meta: dict = {}
+
+    def run(batch_id: int, *steps: object) -> None:
+        nonlocal meta
+        applier = DeltaApplier(sink, "cf", ddl_handler=DDLReplayer(evolve), written=written_locations(meta))
+        result = applier.apply(list(steps), batch_id)  # type: ignore[arg-type]
+        plan = SimpleNamespace(state=SimpleNamespace(applied_ddl=[], released_low=None), topic_watermarks={})
+        meta = next_state_meta(meta, plan, applier, result, {}, "q", engine="delta-rs", totals={})
+
+    def rows(ts: int, key: int) -> RowsStep:
+        return RowsStep(collapse([_change(ts, Op.INSERT, _image(key, key))], KeyResolver()))
+
+    run(1, rows(1, 1))
+    assert meta["tables"]["db.t"]["location"] == sink.table_path("db", "t")
+    shutil.rmtree(sink.table_path("db", "t"))  # deleted behind the job's back
+    with pytest.raises(TableMissingError, match=r"table db\.t has had changes applied .* \(it was deleted or moved\)"):
+        run(2, rows(2, 2))
+
+    run(2, DDLRecord(3, "cdc", 0, 3, 0, "db", "t", "DROP TABLE t", None))  # dropped upstream: forgotten
+    assert "db.t" not in meta["tables"]
+    run(3, rows(4, 3))  # made again by its next rows
+    assert [r["id"] for r in _rows(sink)] == [3] and meta["tables"]["db.t"]["rows_applied"] == 1
+    # dropped and its rows arriving again in one batch (also on a re-run that resumes past the DROP)
+    run(4, DDLRecord(5, "cdc", 0, 5, 0, "db", "t", "DROP TABLE t", None), rows(6, 4))
+    assert [r["id"] for r in _rows(sink)] == [4]

@@ -273,3 +273,37 @@ def test_a_batch_begun_on_one_engine_is_not_rerun_on_the_other(spark: Any, tmp_p
     spark_run(batches[0], 2)  # ... then the other engine's run goes on (a replay of batch 0's messages)
     assert spark_run.batches == 1
     assert sorted(r["id"] for r in read_table(on["spark"].table_path("test", "b")).to_pylist()) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("engine", ["delta-rs", "spark"])
+def test_a_table_the_config_now_puts_elsewhere_is_not_started_over_there(engine: str, spark: Any,
+                                                                         tmp_path: Path) -> None:
+    """``sink.path`` (or ``tables[].path``) edited between two runs: the next rows of a table made a new
+    table at the new location holding only them, the earlier rows left behind without a word. Refused,
+    naming both locations; once the table is moved there the job goes on."""
+    import shutil
+
+    from ticdc_delta.errors import TableMissingError
+
+    base = json.loads(json.dumps(_cfg(tmp_path).model_dump(mode="json", exclude_none=True)))
+    old, new = (config_from_mapping({**base, "sink": {**base["sink"], "engine": engine, "path": str(tmp_path / lake)}})
+                for lake in ("lake", "moved"))
+    ts = TsoClock.START_MS << 18
+
+    def batch(offset: int, row_id: int) -> Any:
+        return spark.createDataFrame([
+            ("cdc", 0, offset, None, _canal_insert(ts + 2 * offset + 1, row_id, f"c{row_id}")),
+            ("cdc", 0, offset + 1, None, _canal_watermark(ts + 2 * offset + 2)),
+            ("cdc", 1, offset, None, _canal_watermark(ts + 2 * offset + 2))], KAFKA_SCHEMA)
+
+    _handler(old)(batch(0, 1), 0)
+    before = old.table_path("test", "orders")
+    with pytest.raises(TableMissingError, match=rf"table test\.orders has had changes applied by this changefeed, but "
+                                                rf"there is no Delta table at {new.table_path('test', 'orders')} "
+                                                rf"\(the config put it at {before} before\)"):
+        _handler(new)(batch(2, 2), 1)
+    assert not Path(new.table_path("test", "orders")).exists()
+    Path(new.table_path("test", "orders")).parent.mkdir(parents=True)
+    shutil.move(before, new.table_path("test", "orders"))
+    _handler(new)(batch(2, 2), 1)
+    assert sorted(r["id"] for r in read_table(new.table_path("test", "orders")).to_pylist()) == [1, 2]

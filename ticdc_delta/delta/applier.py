@@ -23,7 +23,7 @@ from ..core.snapshot_seam import SnapshotSeam
 from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, common_type, converter_for
 from .ddl_journal import DDLJournal, JournalEntry
 from .sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, TableSink, Txn, batch_txn
-from ..errors import SinkError
+from ..errors import SinkError, TableMissingError
 
 __all__ = ["TableCatalog", "ApplyResult", "DeltaApplier", "METADATA_COMMIT_TS", "METADATA_OP"]
 
@@ -159,6 +159,7 @@ class DeltaApplier:
         case_sensitive: bool = False,
         journal: DDLJournal | None = None,
         seam: SnapshotSeam | None = None,
+        written: Mapping[str, str] | None = None,
     ) -> None:
         self.sink = sink
         self.app_id = app_id
@@ -172,6 +173,10 @@ class DeltaApplier:
         # the tables' snapshot TSOs: a DDL that names no table leaves out the tables whose snapshot holds it
         self.seam = seam
         self._steps: dict[TableIdent, int] = {}
+        # where the state says each table (``schema.table``) got rows before; this batch's own writes
+        self._written = dict(written or {})
+        self.locations: dict[str, str] = {}
+        self.gone: set[str] = set()
 
     # --- transactions --------------------------------------------------------------------------------
 
@@ -185,6 +190,30 @@ class DeltaApplier:
         """A table moved (RENAME TABLE) keeps its Delta log, with this batch's transactions in it: the
         next commit under the new name must use a later step than any the old name used."""
         self._steps[new] = max(self._steps.get(new, 0), self._steps.get(old, 0))
+
+    def forget(self, ident: TableIdent) -> None:
+        """``ident`` was dropped or renamed away by a DDL of this batch: a table made under its name after
+        this starts over by right."""
+        name = f"{ident.schema}.{ident.table}"
+        self._written.pop(name, None)
+        self.locations.pop(name, None)
+        self.gone.add(name)
+
+    def _refuse_missing(self, ident: TableIdent) -> None:
+        """Refuse to create anew a table the changefeed has written before (deleted, moved, or the
+        config's location for it changed): it would hold only the changes from here on."""
+        name = f"{ident.schema}.{ident.table}"
+        before = self._written.get(name)
+        if before is None:
+            return
+        here = self.sink.table_path(ident.schema, ident.table)
+        why = "it was deleted or moved" if before == here else f"the config put it at {before} before"
+        raise TableMissingError(
+            f"table {name} has had changes applied by this changefeed, but there is no Delta table at {here} "
+            f"({why}): a new table there would leave out every change before. Put the table (its directory "
+            "with _delta_log) there or point tables[].path / sink.path back at it; to build it again from the "
+            "stream, reset the changefeed (see README, 'Recovery')"
+        )
 
     @property
     def written_tables(self) -> list[TableIdent]:
@@ -274,6 +303,16 @@ class DeltaApplier:
             SinkError: from :meth:`resume`.
         """
         self._steps = {}
+        # a table a DDL of the batch drops or renames away may be made again without its rows in this
+        # batch (also when a re-run resumes past that DDL, which then does not run again): not refused
+        from .ddl_replay import tables_removed
+
+        for ddl in ddls:
+            removed = tables_removed(ddl, case_sensitive=self.case_sensitive)
+            if removed is None:
+                self._written.clear()
+            for schema, table in removed or ():
+                self._written.pop(f"{schema}.{table}", None)
         # a re-run of a batch that got past a table-level DDL resumes before it (see .ddl_journal)
         resume = self.resume(batch_id, ddls)
         return resume if resume is not None else (-1, ApplyResult())
@@ -318,6 +357,7 @@ class DeltaApplier:
         if existing is None:
             if not upserts:
                 return None
+            self._refuse_missing(ident)
             fields = [self._field(ident, n, t, f) for n, (t, f) in col_types.items()]
             if meta:
                 fields += [pa.field(meta[0], pa.int64()), pa.field(meta[1], pa.string())]
@@ -340,6 +380,7 @@ class DeltaApplier:
             log.info("added columns %s to %s.%s", [f.name for f in missing], *ident)
             have.update({f.name.lower(): f.name for f in missing})
         self._widen_drifted(ident, existing, col_types, txn)
+        self.locations[f"{ident.schema}.{ident.table}"] = self.sink.table_path(ident.schema, ident.table)
         return have
 
     def reconcile_properties(self, ident: TableIdent, opts: TableOptions) -> list[str]:

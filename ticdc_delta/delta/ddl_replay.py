@@ -98,6 +98,26 @@ _DEFAULT_POLICIES = {"partition_data": DDLPolicies().partition_data}
 _NAME_CHANGES = (d.CreateTable, d.DropTable, d.RenameTable, d.DropDatabase)
 
 
+def tables_removed(rec: DDLRecord, *, case_sensitive: bool = False) -> frozenset[tuple[str, str]] | None:
+    """The (schema, table) names, folded unless ``case_sensitive``, that replaying ``rec`` may leave without
+    a table (DROP TABLE, the old names of RENAME TABLE), or ``None`` when that may be any table of a schema
+    (DROP DATABASE) or the statement does not parse; empty for any other DDL."""
+    def fold(name: str) -> str:
+        return fold_name(name, case_sensitive=case_sensitive)
+
+    try:
+        changes = d.parse_ddl(rec.query, default_schema=rec.schema, ddl_type=rec.ddl_type)
+    except Exception:  # noqa: BLE001 - the replay reports it; here it only means "could be any table"
+        return None
+    names = set()
+    for change in changes:
+        if isinstance(change, d.DropDatabase):
+            return None
+        if isinstance(change, (d.DropTable, d.RenameTable)):
+            names.add((fold(change.schema or rec.schema), fold(change.table)))
+    return frozenset(names)
+
+
 def ddl_tables(rec: DDLRecord, *, case_sensitive: bool = False) -> frozenset[tuple[str, str]] | None:
     """The (schema, table) names, folded unless ``case_sensitive``, that replaying ``rec`` can change or
     read (RENAME TABLE both names, CREATE TABLE ... LIKE its source), or ``None`` when it may touch any
@@ -391,16 +411,19 @@ class DDLReplayer:
                              rec.commit_ts, *ident)
                     continue
                 applier.catalog.drop_table(*ident)
+                applier.forget(ident)
                 dropped |= bool(sink.drop(ident))
             return dropped
         ident = TableIdent(change.schema, change.table)
         if isinstance(change, d.DropTable):
             applier.catalog.drop_table(*ident)
+            applier.forget(ident)
             return bool(sink.drop(ident))
         if isinstance(change, d.RenameTable):
             new = TableIdent(change.new_schema, change.new_table)
             sink.table_path(*new)  # IdentifierError before anything moves: no location can hold the new name
             applier.catalog.rename_table((ident.schema, ident.table), (new.schema, new.table))
+            applier.forget(ident)
             moved = bool(sink.move(ident, new))
             applier.carry_steps(ident, new)
             return moved

@@ -469,6 +469,7 @@ class BatchHandler:
             case_sensitive=self.cfg.case_sensitive,
             journal=self.journal,
             seam=seam,
+            written=written_locations(self._meta),
         )
         t_apply = time.monotonic()
         timings["plan"] = t_apply - t_plan
@@ -762,6 +763,13 @@ def _watermark_lag(plan: Any) -> tuple[int | None, float | None]:
     return low, None if low is None else round(time.time() - tso_physical_ms(low) / 1000.0, 3)
 
 
+def written_locations(meta: Mapping[str, Any]) -> dict[str, str]:
+    """Where the state says each table (``schema.table``) got its rows (see ``DeltaApplier``'s ``written``)."""
+    tables = meta.get("tables")
+    return {name: entry["location"] for name, entry in (tables.items() if isinstance(tables, dict) else ())
+            if isinstance(entry, dict) and isinstance(entry.get("location"), str)}
+
+
 def next_state_meta(previous: Mapping[str, Any], plan: Any, applier: DeltaApplier, result: ApplyResult,
                     offsets: Mapping[tuple[str, int], tuple[int, int] | list[int]], query_id: Any, *,
                     engine: str, totals: Mapping[str, int]) -> dict[str, Any]:
@@ -774,11 +782,19 @@ def next_state_meta(previous: Mapping[str, Any], plan: Any, applier: DeltaApplie
     meta["applied_ddl"] = [list(d) for d in plan.state.applied_ddl]
     meta["catalog"] = applier.catalog.to_json()
     tables = dict(meta.get("tables", {}))
+    gone: set[str] = getattr(applier, "gone", set())
+    locations: dict[str, str] = getattr(applier, "locations", {})
+    for name in gone:  # dropped or renamed away by a DDL of the batch (and not written again since)
+        tables.pop(name, None)
     for name in {**result.rows, **result.commit_ts}:  # (a table a DDL changed has a commit ts, maybe no rows)
+        if name in gone and name not in locations:
+            continue
         entry = dict(tables.get(name, {}))
         entry["rows_applied"] = entry.get("rows_applied", 0) + result.rows.get(name, 0)
         if name in result.commit_ts:
             entry["commit_ts"] = max(entry.get("commit_ts", 0), result.commit_ts[name])
+        if name in locations:  # where its rows went (a later batch refuses to start it over elsewhere)
+            entry["location"] = locations[name]
         tables[name] = entry
     meta["tables"] = tables
     running = dict(meta.get("totals", {}))

@@ -1285,6 +1285,8 @@ class SparkEngine:
     def _apply(self, spark: Any, view: str | None, metas: dict[int, list[tuple[str, str, dict]]],
                ddl_steps: tuple[DDLRecord, ...], batch_id: int,
                seam: SnapshotSeam | None = None) -> tuple[ApplyResult, DeltaApplier]:
+        from .batch_handler import written_locations  # the handler imports this module
+
         h = self.h
         # table creation and DDL with Delta Lake's own operations (column mapping, ALTER TABLE)
         sink = SparkDeltaSink(h.sink, spark, type_widening=self.cfg.sink.type_widening,
@@ -1296,6 +1298,7 @@ class SparkEngine:
                               if self.cfg.sink.metadata_columns else None),
             source_timezone=self.cfg.sink.source_timezone, ddl_handler=h._ddl_handler,
             case_sensitive=self.cfg.case_sensitive, journal=h.journal, seam=seam,
+            written=written_locations(h._meta),
         )
         skip, result = applier.begin(batch_id, ddl_steps)
         merged = [False]
