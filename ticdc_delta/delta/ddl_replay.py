@@ -56,6 +56,7 @@ were added.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
 from datetime import datetime, timezone
@@ -98,37 +99,35 @@ _DEFAULT_POLICIES = {"partition_data": DDLPolicies().partition_data}
 _NAME_CHANGES = (d.CreateTable, d.DropTable, d.RenameTable, d.DropDatabase)
 
 
+def _changes(rec: DDLRecord) -> list[Any] | None:
+    """``rec`` parsed, ``None`` when it does not parse (the replay reports that; to the callers here it
+    means "could be any table")."""
+    try:
+        return list(d.parse_ddl(rec.query, default_schema=rec.schema, ddl_type=rec.ddl_type))
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def tables_removed(rec: DDLRecord, *, case_sensitive: bool = False) -> frozenset[tuple[str, str]] | None:
     """The (schema, table) names, folded unless ``case_sensitive``, that replaying ``rec`` may leave without
     a table (DROP TABLE, the old names of RENAME TABLE), or ``None`` when that may be any table of a schema
     (DROP DATABASE) or the statement does not parse; empty for any other DDL."""
-    def fold(name: str) -> str:
-        return fold_name(name, case_sensitive=case_sensitive)
-
-    try:
-        changes = d.parse_ddl(rec.query, default_schema=rec.schema, ddl_type=rec.ddl_type)
-    except Exception:  # noqa: BLE001 - the replay reports it; here it only means "could be any table"
+    changes = _changes(rec)
+    if changes is None or any(isinstance(change, d.DropDatabase) for change in changes):
         return None
-    names = set()
-    for change in changes:
-        if isinstance(change, d.DropDatabase):
-            return None
-        if isinstance(change, (d.DropTable, d.RenameTable)):
-            names.add((fold(change.schema or rec.schema), fold(change.table)))
-    return frozenset(names)
+    fold = functools.partial(fold_name, case_sensitive=case_sensitive)
+    return frozenset((fold(change.schema or rec.schema), fold(change.table)) for change in changes
+                     if isinstance(change, (d.DropTable, d.RenameTable)))
 
 
 def ddl_tables(rec: DDLRecord, *, case_sensitive: bool = False) -> frozenset[tuple[str, str]] | None:
     """The (schema, table) names, folded unless ``case_sensitive``, that replaying ``rec`` can change or
     read (RENAME TABLE both names, CREATE TABLE ... LIKE its source), or ``None`` when it may touch any
     table: a database-level statement, one naming no table, one that does not parse."""
-    def fold(name: str) -> str:
-        return fold_name(name, case_sensitive=case_sensitive)
-
-    try:
-        changes = d.parse_ddl(rec.query, default_schema=rec.schema, ddl_type=rec.ddl_type)
-    except Exception:  # noqa: BLE001 - the replay reports it; here it only means "could be any table"
+    changes = _changes(rec)
+    if changes is None:
         return None
+    fold = functools.partial(fold_name, case_sensitive=case_sensitive)
     names = {(fold(rec.schema), fold(rec.table))} if rec.table else set()
     for change in changes:
         table = getattr(change, "table", "")
