@@ -166,3 +166,49 @@ def test_a_topic_taken_out_of_the_list_stops_with_the_way_on(broker: Any, spark:
     run_job(one, once=True, spark=spark)
     assert sorted(sink.read(TableIdent("d", "a")).column("k").to_pylist()) == [1, 2]
     assert collect_status(one)["rows_held"] == 0
+
+
+@pytest.mark.parametrize("engine", ["delta-rs", "spark"])
+def test_partition_num_lowered_later_stops_waiting_for_the_partitions_left(engine: str, broker: Any, spark: Any,
+                                                                           tmp_path: Path, unique_name: Any) -> None:
+    """The changefeed's ``partition-num`` lowered from 3 to 2 (and ``source.options`` with it): TiCDC writes
+    no more resolved ts to partition 2, whose last one held every later row for good (its watermark was in
+    the state). Once partition 2 has been read to its end it is no longer waited for; its rows are applied."""
+    from ticdc_delta.codec import encoder_for
+    from ticdc_delta.codec.model import Column, ColumnFlag, Op, ResolvedEvent, RowChange, TypeCode
+    from ticdc_delta.delta.sink import TableIdent
+
+    topic = unique_name("pnum-lowered")
+    broker.create_topic(topic, partitions=3)
+    encode = encoder_for("canal-json", {"enable-tidb-extension": "true"}).encode
+    key = ColumnFlag.HANDLE_KEY | ColumnFlag.PRIMARY_KEY
+
+    def produce(partition: int, events: list[Any]) -> None:
+        broker.produce_many(topic, [(partition, m.key, m.value) for m in encode(events)])
+
+    def insert(ts: int, k: int) -> RowChange:
+        return RowChange(ts, "d", "t", Op.INSERT, (Column("k", TypeCode.BIGINT, key, k),), None)
+
+    def config(options: dict[str, str]) -> Any:
+        return config_from_mapping({
+            "changefeed": "lowered", "checkpoint": str(tmp_path / "ckpt"),
+            "sink": {"path": str(tmp_path / "lake"), "engine": engine},
+            "source": {"bootstrap_servers": broker.bootstrap_servers, "topic": topic, "protocol": "canal-json",
+                       "options": {"enable-tidb-extension": "true", **options}},
+        })
+
+    base = 446_000_000_000_000_000
+    for p in range(3):
+        produce(p, [insert(base + 1 + p, p), ResolvedEvent(base + 5)])
+    before = config({})
+    run_job(before, once=True, spark=spark)
+    sink = _ConfiguredSink(before)
+    assert sorted(sink.read(TableIdent("d", "t")).column("k").to_pylist()) == [0, 1, 2]
+
+    # partition-num 2 from here on: partition 2 gets nothing more, the others rows and resolved ts
+    for p in range(2):
+        produce(p, [insert(base + 6 + p, 10 + p), ResolvedEvent(base + 9)])
+    after = config({"partition-num": "2"})
+    run_job(after, once=True, spark=spark)
+    assert sorted(sink.read(TableIdent("d", "t")).column("k").to_pylist()) == [0, 1, 2, 10, 11]
+    assert collect_status(after)["rows_held"] == 0

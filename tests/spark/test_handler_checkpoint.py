@@ -307,3 +307,17 @@ def test_a_table_the_config_now_puts_elsewhere_is_not_started_over_there(engine:
     shutil.move(before, new.table_path("test", "orders"))
     _handler(new)(batch(2, 2), 1)
     assert sorted(r["id"] for r in read_table(new.table_path("test", "orders")).to_pylist()) == [1, 2]
+
+
+def test_a_partition_past_partition_num_is_waited_for_while_it_still_sends(tmp_path: Path) -> None:
+    """``partition-num`` lowered: a partition past it that still has messages in the batch (rows TiCDC wrote
+    before the change, not read yet) keeps its watermark; one that sent none is read to its end and dropped."""
+    from ticdc_delta.core.batch_planner import ConsumerState
+
+    base = json.loads(json.dumps(_cfg(tmp_path).model_dump(mode="json", exclude_none=True)))
+    cfg = config_from_mapping({**base, "source": {**base["source"], "options": {**CANAL, "partition-num": "1"}}})
+    handler = _handler(cfg)
+    state = ConsumerState({("cdc", 0): 5, ("cdc", 1): 3}, [], [], 3)
+    assert handler._retire_partitions(state, {("cdc", 0): [0, 1], ("cdc", 1): [7, 9]}) is state
+    assert handler._retire_partitions(state, {("cdc", 0): [0, 1]}).watermarks == {("cdc", 0): 5}
+    assert _handler(_cfg(tmp_path))._retire_partitions(state, {}) is state  # (no partition-num: all waited for)

@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import time
+from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 import pyarrow as pa
@@ -242,6 +243,24 @@ class BatchHandler:
             return TableOptions(properties=properties)
         return TableOptions(tuple(m.key) if m.key else None, tuple(m.partition_by), m.enabled, properties)
 
+    def _retire_partitions(self, state: ConsumerState, offsets: Mapping[tuple[str, int], Any]) -> ConsumerState:
+        """``state`` without the watermarks of the partitions at or past ``partition-num`` (``source.options``)
+        that sent nothing in this batch: the changefeed's ``partition-num`` was lowered, TiCDC writes no
+        more resolved ts there, and their last one would hold every later row for good. A partition Spark
+        still had messages of gets some in each batch, so one that sent none has been read to its end;
+        what TiCDC wrote there after its last resolved ts it sends again to the partitions it writes to now
+        (a changefeed resumes from its checkpoint). Both engines, before planning; the state saved after
+        the batch keeps them out."""
+        limit = self.cfg.source.partition_num
+        if limit is None or self.mode != WATERMARK:
+            return state
+        retired = sorted(tp for tp in state.watermarks if tp[1] >= limit and tp not in offsets)
+        if not retired:
+            return state
+        log.warning("%s: at or past partition-num %d and read to the end: no longer waited for",
+                    ", ".join(f"{t}[{p}]" for t, p in retired), limit)
+        return replace(state, watermarks={tp: ts for tp, ts in state.watermarks.items() if tp not in retired})
+
     def _kafka_partitions(self, topic: str) -> list[int]:
         """The partitions of ``topic`` TiCDC writes to: the broker's, or the first ``partition-num`` of
         them when the sink URI set it (``source.options``; TiCDC then sends no row and no resolved ts to
@@ -429,8 +448,8 @@ class BatchHandler:
             self._dead_letter(decoded, errors, batch_id)
         self._fault("after_dead_letter", batch_id)
 
-        state = self._state
-        assert state is not None and self._catalog is not None  # noqa: S101 - loaded above
+        assert self._state is not None and self._catalog is not None  # noqa: S101 - loaded above
+        state = self._retire_partitions(self._state, offsets)
         self._avro_type_params(spec, self._catalog)
         partitions = {t: self._partitions_of(t) for t in self.cfg.topics} if self.mode == WATERMARK else None
         t_plan = time.monotonic()

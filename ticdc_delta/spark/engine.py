@@ -906,8 +906,8 @@ class SparkEngine:
             h._fault("after_dead_letter", batch_id)
 
             # 3. the driver's part of the rules
-            state = h._state
-            assert state is not None and h._catalog is not None  # noqa: S101 - loaded by the handler
+            assert h._state is not None and h._catalog is not None  # noqa: S101 - loaded by the handler
+            state = h._retire_partitions(h._state, offsets)
             held_rows = [r for r in state.held if isinstance(r, ChangeRecord)]  # a state left by delta-rs
             ddl_state = replace(state, held=[r for r in state.held if isinstance(r, DDLRecord)])
             h._avro_type_params(spec, h._catalog)
