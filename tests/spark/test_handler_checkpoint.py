@@ -239,7 +239,8 @@ def test_a_batch_begun_on_one_engine_is_not_rerun_on_the_other(spark: Any, tmp_p
     table's own DDL: the two number a table's commits of one batch differently. A batch the delta-rs engine
     half applied (table b's rows before a DDL of table a committed, its rows after it not) re-run on the
     spark engine had its one MERGE of b skipped as already committed, and b's later rows were lost. Such a
-    re-run is refused with the way on; a switch between finished batches goes on."""
+    re-run is refused with the way on, also when the batch was begun by a run that had just switched
+    engines (the state's last batch is the other engine's); a switch between finished batches goes on."""
     import time
 
     from ticdc_delta.errors import ConfigError
@@ -251,28 +252,45 @@ def test_a_batch_begun_on_one_engine_is_not_rerun_on_the_other(spark: Any, tmp_p
     ts = TsoClock.START_MS << 18
     frames = [[_canal_table_row("a", ts + 1, 1), _canal_table_row("b", ts + 1, 1)],
               [_canal_table_row("b", ts + 3, 2), _canal_ddl("a", ts + 4, "ALTER TABLE a ADD COLUMN z INT"),
-               _canal_table_row("b", ts + 5, 3)]]
+               _canal_table_row("b", ts + 5, 3)],
+              [_canal_table_row("b", ts + 11, 4), _canal_ddl("a", ts + 12, "ALTER TABLE a ADD COLUMN y INT"),
+               _canal_table_row("b", ts + 13, 5)]]
     batches = []
     for batch_id, messages in enumerate(frames):
         rows = [("cdc", 0, 10 * batch_id + i, None, m) for i, m in enumerate(messages)]
         rows += [("cdc", 0, 10 * batch_id + 9, None, _canal_watermark(ts + 2 + 8 * batch_id)),
                  ("cdc", 1, batch_id, None, _canal_watermark(ts + 2 + 8 * batch_id))]
         batches.append(spark.createDataFrame(rows, KAFKA_SCHEMA))
+
+    def crash(engine: str, batch_id: int, frame: Any) -> None:
+        monkeypatch.setenv(FAULT_ENV, f"after_merge@{batch_id}")
+        with pytest.raises(InjectedFault):
+            _handler(on[engine])(frame, batch_id)  # dies after its first commit (b's rows before the DDL)
+        monkeypatch.delenv(FAULT_ENV)
+
+    def refused(engine: str, batch_id: int, frame: Any, began: str) -> None:
+        with pytest.raises(ConfigError, match=rf"micro-batch {batch_id}, planned by an earlier run on the {began} "
+                                              rf"engine, did not finish .* finish it with sink\.engine: {began} "
+                                              r"\(one `run --once`\), then switch"):
+            _handler(on[engine])(frame, batch_id)
+
     _handler(on["delta-rs"])(batches[0], 0)
     _offset_log(tmp_path, 1, int(time.time() * 1000) - 60_000)  # batch 1 planned by that earlier run
-    monkeypatch.setenv(FAULT_ENV, "after_merge@1")
-    with pytest.raises(InjectedFault):
-        _handler(on["delta-rs"])(batches[1], 1)  # dies after its first commit (b's rows before the DDL)
-    monkeypatch.delenv(FAULT_ENV)
-
-    with pytest.raises(ConfigError, match=r"micro-batch 1 was begun by the delta-rs engine and did not finish .* "
-                                          r"finish it with sink\.engine: delta-rs \(one `run --once`\), then switch"):
-        _handler(on["spark"])(batches[1], 1)
+    crash("delta-rs", 1, batches[1])
+    refused("spark", 1, batches[1], "delta-rs")
     _handler(on["delta-rs"])(batches[1], 1)  # the way on: the batch finished on its engine ...
     spark_run = _handler(on["spark"])
     spark_run(batches[0], 2)  # ... then the other engine's run goes on (a replay of batch 0's messages)
     assert spark_run.batches == 1
     assert sorted(r["id"] for r in read_table(on["spark"].table_path("test", "b")).to_pylist()) == [1, 2, 3]
+
+    # the state's last batch is the spark engine's; a run switched back to delta-rs begins batch 3 and dies
+    _offset_log(tmp_path, 3, int(time.time() * 1000) + 60_000)
+    crash("delta-rs", 3, batches[2])
+    _offset_log(tmp_path, 3, int(time.time() * 1000) - 60_000)  # (for the runs after it: planned before them)
+    refused("spark", 3, batches[2], "delta-rs")
+    _handler(on["delta-rs"])(batches[2], 3)  # its own engine finishes it
+    assert sorted(r["id"] for r in read_table(on["spark"].table_path("test", "b")).to_pylist()) == [1, 2, 3, 4, 5]
 
 
 @pytest.mark.parametrize("engine", ["delta-rs", "spark"])

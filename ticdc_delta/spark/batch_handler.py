@@ -365,19 +365,28 @@ class BatchHandler:
         rows at different DDL (``delta-rs`` at every DDL of the batch, ``spark`` only at the table's own),
         so the steps do not line up: a table's MERGE the re-run numbers like one the first attempt
         committed would be skipped by Delta, its rows lost. A batch Spark planned before this run started
-        (its offset log's ``batchTimestampMs``) is such a re-run; a switch between finished batches is safe."""
-        before = self._meta.get("engine")  # (None: a state saved before the engine was recorded)
-        if before is None or before == self.cfg.sink.engine:
+        (its offset log's ``batchTimestampMs``) is such a re-run; a switch between finished batches is safe.
+
+        The engine that began it: the state's last batch's, unless a run on the other engine began it —
+        such a run marks that in Spark's checkpoint (:meth:`~.checkpoint.SparkCheckpoint.mark_engine`)
+        before its first batch commits anything."""
+        finished = self._meta.get("engine")  # (None: a state saved before the engine was recorded)
+        if finished is None:
             return
+        engine = self.cfg.sink.engine
+        mark = checkpoint.engine_mark()
         planned = checkpoint.batch_timestamp_ms(batch_id)
-        if planned is None or planned >= self._created_ms:
-            return
-        raise ConfigError(
-            f"micro-batch {batch_id} was begun by the {before} engine and did not finish (the state is at batch "
-            f"{self._loaded_batch}); the {self.cfg.sink.engine} engine numbers its Delta commits differently and "
-            f"could skip what that attempt committed: finish it with sink.engine: {before} (one `run --once`), "
-            f"then switch"
-        )
+        if planned is not None and planned < self._created_ms:
+            began = mark["engine"] if mark is not None and mark.get("batch") == batch_id else finished
+            if began != engine:
+                raise ConfigError(
+                    f"micro-batch {batch_id}, planned by an earlier run on the {began} engine, did not finish (the "
+                    f"state is at batch {self._loaded_batch}); the {engine} engine numbers its Delta commits "
+                    f"differently and could skip what that run committed: finish it with sink.engine: {began} "
+                    "(one `run --once`), then switch"
+                )
+        if engine != finished and mark != {"engine": engine, "batch": batch_id}:
+            checkpoint.mark_engine(engine, batch_id)
 
     def _handle(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()

@@ -48,6 +48,11 @@ STATE_RECOVERY_HINT = (
 """What to do when only the Spark checkpoint was lost, replaced or restored from an older copy."""
 
 
+ENGINE_MARK = "ticdc-engine"
+"""The job's file in Spark's checkpoint directory: the engine that began a batch when it is not the engine of
+the state's last batch (see ``BatchHandler._check_engine_switch``)."""
+
+
 class SparkCheckpoint:
     """Read-only access to a streaming query's checkpoint directory.
 
@@ -95,6 +100,41 @@ class SparkCheckpoint:
             raise CheckpointMismatchError(
                 f"Spark checkpoint {self.location}/metadata is not Spark's query metadata: {exc}"
             ) from None
+
+    def write(self, leaf: str, text: str) -> None:
+        """Write a small file of the job's own (``leaf``) into the checkpoint directory, replacing it."""
+        path = f"{self.location}/{leaf}"
+        local = local_path(path)
+        if local is not None:
+            os.makedirs(os.path.dirname(local), exist_ok=True)
+            tmp = f"{local}.tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, local)
+            return
+        if self._spark is None:
+            raise CheckpointMismatchError(f"cannot write {path} without a Spark session")
+        jvm = self._spark._jvm  # noqa: SLF001 - py4j gateway, as in _read
+        hpath = jvm.org.apache.hadoop.fs.Path(path)
+        stream = hpath.getFileSystem(self._spark._jsc.hadoopConfiguration()).create(hpath, True)  # noqa: SLF001
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+
+    def engine_mark(self) -> dict[str, Any] | None:
+        """What :meth:`mark_engine` wrote, ``None`` when nothing (or not that)."""
+        text = self._read(ENGINE_MARK)
+        try:
+            mark = json.loads(text) if text else None
+        except ValueError:
+            return None
+        return mark if isinstance(mark, dict) else None
+
+    def mark_engine(self, engine: str, batch_id: int) -> None:
+        """Record that ``engine`` begins batch ``batch_id`` (a run on another engine than the state's last
+        batch, before its first commit): a re-run of that batch after a crash knows which engine began it."""
+        self.write(ENGINE_MARK, json.dumps({"engine": engine, "batch": batch_id}))
 
     def latest_batch(self) -> int | None:
         """The id of the last batch in the offset log (Spark writes it before the batch runs), ``None`` when
