@@ -96,13 +96,18 @@ def test_a_table_written_before_is_not_made_anew_unless_a_ddl_removed_it(tmp_pat
     run(1, rows(1, 1))
     assert meta["tables"]["db.t"]["location"] == sink.table_path("db", "t")
     shutil.rmtree(sink.table_path("db", "t"))  # deleted behind the job's back
-    with pytest.raises(TableMissingError, match=r"table db\.t has had changes applied .* \(it was deleted or moved\)"):
+    with pytest.raises(TableMissingError, match=r"table db\.t has had changes applied .* \(it was deleted or moved"):
         run(2, rows(2, 2))
+    # nor when a DDL of the batch drops another schema, or drops the table only after these rows
+    with pytest.raises(TableMissingError):
+        run(2, DDLRecord(2, "cdc", 0, 2, 0, "other", "", "DROP DATABASE other", None), rows(2, 2))
+    with pytest.raises(TableMissingError):
+        run(2, rows(2, 2), DDLRecord(3, "cdc", 0, 3, 0, "db", "t", "DROP TABLE t", None))
 
     run(2, DDLRecord(3, "cdc", 0, 3, 0, "db", "t", "DROP TABLE t", None))  # dropped upstream: forgotten
-    assert "db.t" not in meta["tables"]
+    assert "location" not in meta["tables"]["db.t"]  # (the entry stays: the snapshot guard reads its commit ts)
     run(3, rows(4, 3))  # made again by its next rows
-    assert [r["id"] for r in _rows(sink)] == [3] and meta["tables"]["db.t"]["rows_applied"] == 1
+    assert [r["id"] for r in _rows(sink)] == [3] and meta["tables"]["db.t"]["location"] == sink.table_path("db", "t")
     # dropped and its rows arriving again in one batch (also on a re-run that resumes past the DROP)
     run(4, DDLRecord(5, "cdc", 0, 5, 0, "db", "t", "DROP TABLE t", None), rows(6, 4))
     assert [r["id"] for r in _rows(sink)] == [4]

@@ -193,7 +193,7 @@ class DeltaApplier:
 
     def forget(self, ident: TableIdent) -> None:
         """``ident`` was dropped or renamed away by a DDL of this batch: a table made under its name after
-        this starts over by right."""
+        this starts over by right (the state's entry for it keeps its commit ts, not its location)."""
         name = f"{ident.schema}.{ident.table}"
         self._written.pop(name, None)
         self.locations.pop(name, None)
@@ -207,7 +207,8 @@ class DeltaApplier:
         if before is None:
             return
         here = self.sink.table_path(ident.schema, ident.table)
-        why = "it was deleted or moved" if before == here else f"the config put it at {before} before"
+        why = ("it was deleted or moved: by hand, or by a DROP / RENAME of another table mapped to the same "
+               "location" if before == here else f"the config put it at {before} before")
         raise TableMissingError(
             f"table {name} has had changes applied by this changefeed, but there is no Delta table at {here} "
             f"({why}): a new table there would leave out every change before. Put the table (its directory "
@@ -303,19 +304,21 @@ class DeltaApplier:
             SinkError: from :meth:`resume`.
         """
         self._steps = {}
-        # a table a DDL of the batch drops or renames away may be made again without its rows in this
-        # batch (also when a re-run resumes past that DDL, which then does not run again): not refused
+        # a re-run of a batch that got past a table-level DDL resumes before it (see .ddl_journal)
+        resume = self.resume(batch_id, ddls)
+        if resume is None:
+            return -1, ApplyResult()
+        # the DDL before it ran in the first attempt and do not run again: a table they dropped or renamed
+        # away is forgotten here, as running them forgets it (forget)
         from .ddl_replay import tables_removed
 
-        for ddl in ddls:
+        for ddl in ddls[:resume[0]]:
             removed = tables_removed(ddl, case_sensitive=self.case_sensitive)
             if removed is None:
                 self._written.clear()
             for schema, table in removed or ():
-                self._written.pop(f"{schema}.{table}", None)
-        # a re-run of a batch that got past a table-level DDL resumes before it (see .ddl_journal)
-        resume = self.resume(batch_id, ddls)
-        return resume if resume is not None else (-1, ApplyResult())
+                self.forget(TableIdent(schema, table))
+        return resume
 
     def apply_ddl(self, ddl: DDLRecord, ordinal: int, skip: int, batch_id: int, result: ApplyResult) -> None:
         """Run the batch's DDL number ``ordinal`` through the DDL handler and count it in ``result``; journaled

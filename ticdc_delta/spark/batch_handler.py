@@ -812,11 +812,9 @@ def next_state_meta(previous: Mapping[str, Any], plan: Any, applier: DeltaApplie
     tables = dict(meta.get("tables", {}))
     gone: set[str] = getattr(applier, "gone", set())
     locations: dict[str, str] = getattr(applier, "locations", {})
-    for name in gone:  # dropped or renamed away by a DDL of the batch (and not written again since)
-        tables.pop(name, None)
+    for name in gone & set(tables):  # dropped or renamed away by a DDL of the batch: where it was is void
+        tables[name] = {k: v for k, v in tables[name].items() if k != "location"}
     for name in {**result.rows, **result.commit_ts}:  # (a table a DDL changed has a commit ts, maybe no rows)
-        if name in gone and name not in locations:
-            continue
         entry = dict(tables.get(name, {}))
         entry["rows_applied"] = entry.get("rows_applied", 0) + result.rows.get(name, 0)
         if name in result.commit_ts:
