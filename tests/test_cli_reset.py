@@ -201,7 +201,8 @@ def test_a_partition_quiet_since_a_reset_to_offsets_goes_on_from_its_offset(job:
     apply_reset(cfg, plan_reset(cfg, {"cdc": {0: 5000, 1: 7000}}))
     after_reset = _state(tmp_path).meta
     plan = SimpleNamespace(state=SimpleNamespace(applied_ddl=[]), topic_watermarks={})
-    meta = next_state_meta(after_reset, plan, SimpleNamespace(catalog=TableCatalog()), ApplyResult(),
+    applier = SimpleNamespace(catalog=TableCatalog(), gone=set(), locations={})
+    meta = next_state_meta(after_reset, plan, applier, ApplyResult(),
                            {("cdc", 0): (5000, 5000)}, "q-new", engine="delta-rs", totals={})
     assert meta["next_offsets"] == {"cdc": {"0": 5001, "1": 7000}}
     store = StateStore(str(tmp_path / "ckpt" / "state"), "rs")

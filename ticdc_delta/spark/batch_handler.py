@@ -810,9 +810,8 @@ def next_state_meta(previous: Mapping[str, Any], plan: Any, applier: DeltaApplie
     meta["applied_ddl"] = [list(d) for d in plan.state.applied_ddl]
     meta["catalog"] = applier.catalog.to_json()
     tables = dict(meta.get("tables", {}))
-    gone: set[str] = getattr(applier, "gone", set())
-    locations: dict[str, str] = getattr(applier, "locations", {})
-    for name in gone & set(tables):  # dropped or renamed away by a DDL of the batch: where it was is void
+    locations = applier.locations
+    for name in applier.gone & set(tables):  # dropped or renamed away by a DDL of the batch: where it was is void
         tables[name] = {k: v for k, v in tables[name].items() if k != "location"}
     for name in {**result.rows, **result.commit_ts}:  # (a table a DDL changed has a commit ts, maybe no rows)
         entry = dict(tables.get(name, {}))

@@ -54,7 +54,8 @@ the state's last batch (see ``BatchHandler._check_engine_switch``)."""
 
 
 class SparkCheckpoint:
-    """Read-only access to a streaming query's checkpoint directory.
+    """A streaming query's checkpoint directory: Spark's files, read; the job's own mark (:data:`ENGINE_MARK`),
+    read and written.
 
     Args:
         location: the query's ``checkpointLocation`` (``{checkpoint}/spark``).
@@ -67,6 +68,11 @@ class SparkCheckpoint:
         self._spark = spark
         self._offsets: dict[int, list[str] | None] = {}
 
+    def _hadoop(self, path: str) -> tuple[Any, Any]:
+        """Hadoop's FileSystem for ``path`` and its Path (through the session's py4j gateway: any scheme Spark can)."""
+        hpath = self._spark._jvm.org.apache.hadoop.fs.Path(path)  # noqa: SLF001
+        return hpath.getFileSystem(self._spark._jsc.hadoopConfiguration()), hpath  # noqa: SLF001
+
     def _read(self, leaf: str) -> str | None:
         path = f"{self.location}/{leaf}"
         local = local_path(path)
@@ -78,14 +84,12 @@ class SparkCheckpoint:
                 return None
         if self._spark is None:
             return None
-        jvm = self._spark._jvm  # noqa: SLF001 - py4j gateway: Hadoop's FileSystem reads any scheme Spark can
-        hpath = jvm.org.apache.hadoop.fs.Path(path)
-        fs = hpath.getFileSystem(self._spark._jsc.hadoopConfiguration())  # noqa: SLF001
+        fs, hpath = self._hadoop(path)
         if not fs.exists(hpath):
             return None
         stream = fs.open(hpath)
         try:
-            return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+            return str(self._spark._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))  # noqa: SLF001
         finally:
             stream.close()
 
@@ -114,9 +118,8 @@ class SparkCheckpoint:
             return
         if self._spark is None:
             raise CheckpointMismatchError(f"cannot write {path} without a Spark session")
-        jvm = self._spark._jvm  # noqa: SLF001 - py4j gateway, as in _read
-        hpath = jvm.org.apache.hadoop.fs.Path(path)
-        stream = hpath.getFileSystem(self._spark._jsc.hadoopConfiguration()).create(hpath, True)  # noqa: SLF001
+        fs, hpath = self._hadoop(path)
+        stream = fs.create(hpath, True)
         try:
             stream.write(bytearray(text.encode("utf-8")))
         finally:
@@ -149,9 +152,7 @@ class SparkCheckpoint:
         elif self._spark is None:
             return None
         else:
-            jvm = self._spark._jvm  # noqa: SLF001 - py4j gateway, as in _read
-            hpath = jvm.org.apache.hadoop.fs.Path(path)
-            fs = hpath.getFileSystem(self._spark._jsc.hadoopConfiguration())  # noqa: SLF001
+            fs, hpath = self._hadoop(path)
             if not fs.exists(hpath):
                 return None
             names = [str(status.getPath().getName()) for status in fs.listStatus(hpath)]
