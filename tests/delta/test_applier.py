@@ -111,3 +111,24 @@ def test_a_table_written_before_is_not_made_anew_unless_a_ddl_removed_it(tmp_pat
     # dropped and its rows arriving again in one batch (also on a re-run that resumes past the DROP)
     run(4, DDLRecord(5, "cdc", 0, 5, 0, "db", "t", "DROP TABLE t", None), rows(6, 4))
     assert [r["id"] for r in _rows(sink)] == [4]
+
+
+def test_shards_mapped_to_one_path_each_land_in_one_batch(tmp_path: Path) -> None:
+    """Regression: two upstream tables the config maps to one location (shards merged into one table)
+    numbered their commits of a batch apart, so both of the batch's first MERGEs carried the same app
+    transaction, and Delta skipped the second as committed already: its rows were lost, while the batch
+    counted them. Commits to one location take steps past each other's, and a re-run changes nothing."""
+    shared = str(tmp_path / "merged")
+    sink = DeltaRsSink(str(tmp_path / "lake"), paths={("db_1", "t"): shared, ("db_2", "t"): shared})
+
+    def shard(schema: str, key: int, ts: int) -> ChangeRecord:
+        return ChangeRecord(ts, "cdc", 0, ts, 0, schema, "t", Op.INSERT, _image(key, ts), None)
+
+    def batch(batch_id: int, *records: ChangeRecord) -> None:
+        result = DeltaApplier(sink, "cf").apply([RowsStep(collapse(list(records), KeyResolver()))], batch_id)
+        assert set(result.rows) == {"db_1.t", "db_2.t"}
+
+    batch(0, shard("db_1", 1, 10), shard("db_2", 1001, 11))
+    batch(1, shard("db_2", 1002, 12), shard("db_1", 2, 13))
+    batch(1, shard("db_2", 1002, 12), shard("db_1", 2, 13))
+    assert sorted(r["id"] for r in sink.read(TableIdent("db_1", "t")).to_pylist()) == [1, 2, 1001, 1002]

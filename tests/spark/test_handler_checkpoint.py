@@ -339,3 +339,31 @@ def test_a_partition_past_partition_num_is_waited_for_while_it_still_sends(tmp_p
     assert handler._retire_partitions(state, {("cdc", 0): [0, 1], ("cdc", 1): [7, 9]}) is state
     assert handler._retire_partitions(state, {("cdc", 0): [0, 1]}).watermarks == {("cdc", 0): 5}
     assert _handler(_cfg(tmp_path))._retire_partitions(state, {}) is state  # (no partition-num: all waited for)
+
+
+@pytest.mark.parametrize("engine,sink", [("delta-rs", {}), ("spark", {"columnar_rows": 1}),
+                                         ("spark", {"columnar_rows": 0, "split_rows": 1})],
+                         ids=["delta-rs", "spark-columnar", "spark-records"])
+def test_shards_mapped_to_one_path_all_land_from_one_batch(engine: str, sink: dict, spark: Any,
+                                                           tmp_path: Path) -> None:
+    """``tables: [{source: "test.shard_*", path: ...}]`` merges shards into one table. Regression: the
+    shards' commits of one batch were numbered apart, so their first MERGEs carried one app transaction and
+    Delta skipped all but one as committed already — the other shards' rows lost, though counted. The spark
+    engine runs the MERGEs into one location one after another, in their order (concurrent, a later one
+    committed first would make an earlier one a no-op)."""
+    base = json.loads(json.dumps(_cfg(tmp_path).model_dump(mode="json", exclude_none=True)))
+    shared = str(tmp_path / "merged")
+    cfg = config_from_mapping({**base, "sink": {**base["sink"], "engine": engine, "merge_threads": 2, **sink},
+                               "tables": [{"source": "test.shard_*", "path": shared}]})
+    ts = TsoClock.START_MS << 18
+
+    def batch(offset: int, *rows: tuple[str, int]) -> Any:
+        changes = [("cdc", 0, offset + i, None, _canal_table_row(table, ts + offset + i + 1, row_id))
+                   for i, (table, row_id) in enumerate(rows)]
+        end = ts + offset + len(rows) + 1
+        return spark.createDataFrame([*changes, ("cdc", 0, offset + len(rows), None, _canal_watermark(end)),
+                                      ("cdc", 1, offset, None, _canal_watermark(end))], KAFKA_SCHEMA)
+
+    _handler(cfg)(batch(0, ("shard_1", 1), ("shard_2", 1001), ("shard_3", 2001)), 0)
+    _handler(cfg)(batch(10, ("shard_2", 1002), ("shard_1", 2)), 1)
+    assert sorted(r["id"] for r in read_table(shared).to_pylist()) == [1, 2, 1001, 1002, 2001]

@@ -173,6 +173,7 @@ class DeltaApplier:
         # the tables' snapshot TSOs: a DDL that names no table leaves out the tables whose snapshot holds it
         self.seam = seam
         self._steps: dict[TableIdent, int] = {}
+        self._paths: dict[TableIdent, str] = {}
         # where the state says each table (``schema.table``) got rows before; this batch's own writes
         self._written = dict(written or {})
         self.locations: dict[str, str] = {}
@@ -181,10 +182,24 @@ class DeltaApplier:
     # --- transactions --------------------------------------------------------------------------------
 
     def next_txn(self, ident: TableIdent, batch_id: int) -> Any:
-        """The app transaction of the next data commit to ``ident`` in this batch."""
-        step = self._steps.get(ident, 0)
+        """The app transaction of the next data commit to ``ident`` in this batch: a step past every one
+        this batch numbered for a table at the same location. Upstream tables the config maps to one path
+        (shards merged into one table) share its Delta log, where Delta skips a transaction whose version
+        is not above the last one committed for the app id — with a counter per upstream table the second
+        shard's first MERGE of a batch took the first's step and was skipped, its rows lost."""
+        here = self._location(ident)
+        step = max((n for other, n in self._steps.items() if other == ident or self._location(other) == here),
+                   default=0)
         self._steps[ident] = step + 1
         return batch_txn(self.app_id, batch_id, step)
+
+    def _location(self, ident: TableIdent) -> str:
+        """Where the config puts ``ident``'s Delta table (cached: :meth:`next_txn` compares every table the
+        batch has written with it)."""
+        path = self._paths.get(ident)
+        if path is None:
+            path = self._paths[ident] = self.sink.table_path(ident.schema, ident.table)
+        return path
 
     def carry_steps(self, old: TableIdent, new: TableIdent) -> None:
         """A table moved (RENAME TABLE) keeps its Delta log, with this batch's transactions in it: the

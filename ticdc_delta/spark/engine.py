@@ -1367,28 +1367,35 @@ class SparkEngine:
         }
 
     def _merge_all(self, spark: Any, view: str | None, tasks: list[dict], merged: list[bool], batch_id: int) -> None:
-        threads = min(self.cfg.sink.merge_threads, len(tasks))
+        # the MERGEs into one location (upstream tables the config maps to one path) run one after another
+        # in the order of their steps: Delta skips a transaction whose version is not above the last one
+        # committed for the app id, so a later step committed first would make an earlier one a no-op
+        groups: dict[str, list[dict]] = {}
+        for task in tasks:
+            groups.setdefault(task["path"], []).append(task)
+        threads = min(self.cfg.sink.merge_threads, len(groups))
         if threads <= 1:
             for task in tasks:
                 self._merge(spark, view, task)
                 self._after_merge(merged, batch_id)
             return
 
-        def run(task: dict) -> None:
+        def run(group: list[dict]) -> None:
             session = getattr(self._sessions, "session", None)
             if session is None:
                 session = self._sessions.session = own_session(spark)
                 # a pool per thread: under spark.scheduler.mode FAIR a small table's MERGE gets cores next
                 # to a busy table's instead of waiting behind its tasks (FIFO ignores pools)
                 spark.sparkContext.setLocalProperty(SCHEDULER_POOL_PROPERTY, threading.current_thread().name)
-            self._merge(session, view, task)
+            for task in group:
+                self._merge(session, view, task)
 
         # The threads, and so their sessions, live as long as the job: with new threads for every batch, the
         # driver's JVM kept every batch's new sessions (measured: one more live session per merge thread
         # per batch, never freed) and its heap grew with the number of batches.
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.cfg.sink.merge_threads, thread_name_prefix="ticdc-merge")
-        futures = [self._pool.submit(run, t) for t in tasks]
+        futures = [self._pool.submit(run, g) for g in groups.values()]
         errors = []
         for fut in futures:
             try:
