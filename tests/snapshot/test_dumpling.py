@@ -3,6 +3,7 @@ the values the stream would write; truncated and malformed files are typed error
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,47 @@ def test_a_virtual_generated_column_gets_no_column(tmp_path: Path, caplog: pytes
     (batch,) = data_file_batches(t.files[0], t.columns, dialect=CsvDialect(), tz="UTC")
     assert batch.to_pylist() == [{"id": 1, "a": 2, "g": None}]
     assert "generated column(s) ['g'] are not in the export" in caplog.text
+
+
+def _dumpling_file_name(name: str) -> str:
+    """``name`` as Dumpling's output file name template writes it (its ``fn``, ``filenameEscapeRegexp``:
+    ``[\\x00-\\x1f%"*./:<>?\\\\|]|-(?i:schema)`` → ``%XX`` of the match's first byte, then the rest)."""
+    return re.sub(r'[\x00-\x1f%"*./:<>?\\|]|-(?i:schema)', lambda m: f"%{ord(m[0][0]):02X}{m[0][1:]}", name)
+
+
+ESCAPED_NAMES = [
+    ("my.db", "t"), ("100%", "a.b"), ("x-schema", "t-Schema"), ("X-SCHEMA.v2", "100%"), ("数据.库", "é"),
+    ("a%2E", "t"), ('q"*:<>?|\\/\t', "t"), ("plain", "t.2"),
+]
+
+
+def test_escaped_file_names_give_the_names_back(tmp_path: Path) -> None:
+    """Dumpling escapes ``.``, ``%``, ``-schema``... in the names of its files: the database is the unescaped
+    name (``my%2Edb`` is database ``my.db``; read raw, the rows and the snapshot TSO went to a table the
+    stream never writes), each table gets its own files, and a ``%2E`` that is part of a name stays."""
+    assert _dumpling_file_name("my.db") == "my%2Edb" and _dumpling_file_name("x-schema") == "x%2Dschema"
+    assert _dumpling_file_name("数据.库") == "数据%2E库" and _dumpling_file_name("a%2E") == "a%252E"
+    (tmp_path / "metadata").write_text("SHOW MASTER STATUS:\n\tLog: tidb-binlog\n\tPos: 446000000000000000\n")
+    for i, (db, table) in enumerate(ESCAPED_NAMES):
+        stem = f"{_dumpling_file_name(db)}.{_dumpling_file_name(table)}"
+        (tmp_path / f"{_dumpling_file_name(db)}-schema-create.sql").write_text(f"CREATE DATABASE `{db}`;\n")
+        (tmp_path / f"{stem}-schema.sql").write_text(f"CREATE TABLE `{table}` (`id` int NOT NULL, PRIMARY KEY (`id`));\n")
+        (tmp_path / f"{stem}.000000000.csv").write_bytes(f'"id"\r\n{i}\r\n'.encode())
+    got = {(t.schema, t.table): [r["id"] for r in batch.to_pylist()]
+           for t in read_export(str(tmp_path)).tables for f in t.files
+           for batch in data_file_batches(f, t.columns, dialect=CsvDialect(), tz="UTC")}
+    assert got == {names: [i] for i, names in enumerate(ESCAPED_NAMES)}
+
+
+def test_columns_tidb_keeps_apart_get_their_own_values(tmp_path: Path) -> None:
+    """A data file's columns are matched to the schema file's in TiDB's case (Go's ``strings.ToLower``):
+    ``ΟΔΟΣ`` and ``οδος`` are two columns of one TiDB table (Python's lower() takes both for ``οδος``)."""
+    (tmp_path / "metadata").write_text("SHOW MASTER STATUS:\n\tLog: tidb-binlog\n\tPos: 446000000000000000\n")
+    (tmp_path / "s.t-schema.sql").write_text(
+        "CREATE TABLE `t` (`id` int NOT NULL, `ΟΔΟΣ` int NOT NULL, `οδος` int, UNIQUE KEY `u` (`οδος`), "
+        "UNIQUE KEY `i` (`id`))")
+    (tmp_path / "s.t.000000000.csv").write_bytes('"οδος","id","ΟΔΟΣ"\r\n3,1,2\r\n'.encode())
+    (t,) = read_export(str(tmp_path)).tables
+    assert t.key == ("id",)  # (`οδος` may be NULL: no handle key)
+    (batch,) = data_file_batches(t.files[0], t.columns, dialect=CsvDialect(), tz="UTC")
+    assert batch.to_pylist() == [{"id": 1, "ΟΔΟΣ": 2, "οδος": 3}]

@@ -11,6 +11,11 @@ template``, ``{{.DB}}.{{.Table}}.{{.Index}}``)::
     {db}.{table}-schema.sql               CREATE TABLE (SHOW CREATE TABLE)
     {db}.{table}.{NNNNNNNNN}.csv|.sql     the rows; ``.gz`` when ``--compress gzip``
 
+``{db}`` and ``{table}`` are the names escaped (the template's ``fn``, ``filenameEscapeRegexp``): each of
+``[\\x00-\\x1f%"*./:<>?\\\\|]`` becomes ``%`` and its byte in two upper-case hex digits, and so does the
+``-`` of a ``-schema`` (any case) inside a name: database ``my.db`` is ``my%2Edb``, table ``100%`` is
+``100%25``, table ``t-schema`` is ``t%2Dschema``; other characters, non-ASCII ones too, stay as they are.
+
 The ``metadata`` file (``metadata.go``): for TiDB the ``Pos:`` under ``SHOW MASTER STATUS:`` (``SHOW
 BINARY LOG STATUS:`` on newer servers) is the TSO of the consistent snapshot (``--snapshot`` when given).
 A second block marked ``/* AFTER CONNECTION POOL ESTABLISHED */`` must name the same position.
@@ -41,12 +46,14 @@ import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
+from urllib.parse import unquote
 
 import pyarrow as pa
 
 from ..codec.model import TypeCode, is_binary_column
 from ..delta.arrow_types import TypeParams, arrow_field_for, arrow_type_for, converter_for
 from ..errors import SinkError, SnapshotFormatError
+from ..locations import tidb_lower
 from ..schema import ddl as d
 
 __all__ = [
@@ -142,9 +149,9 @@ class TableExport:
         generated ones: TiCDC's rows leave those out)."""
         if self.create.primary_key:
             return tuple(self.create.primary_key)
-        not_null = {c.name.lower() for c in self.create.columns if not c.nullable and not c.virtual}
+        not_null = {tidb_lower(c.name) for c in self.create.columns if not c.nullable and not c.virtual}
         for cols in self.create.unique_keys:
-            if all(c.lower() in not_null for c in cols):
+            if all(tidb_lower(c) in not_null for c in cols):
                 return tuple(cols)
         return ()
 
@@ -462,6 +469,15 @@ def read_file(location: str) -> bytes:
         return fh.read()
 
 
+def _unescape_name(escaped: str) -> str:
+    """A database or table name as Dumpling's file names escape it (see the module doc), unescaped.
+
+    Dumpling escapes ``%`` itself, so every ``%XX`` of its file names is an escape and undoing them all
+    gives the name back; a name that needed none (the usual one) comes back as it is.
+    """
+    return unquote(escaped)
+
+
 _DATA_NAME = re.compile(r"^\.(\d+)(?:\.\d+)?\.(csv|sql)((?:\.[a-z]+)?)$")
 
 
@@ -488,18 +504,20 @@ def read_export(location: str) -> DumplingExport:
         )
     tso = parse_metadata(read_file(meta_where).decode("utf-8", "replace"), meta_where)
 
-    databases: dict[str, str] = {}
-    for name in files:
-        if name.endswith("-schema-create.sql"):
-            databases[name[: -len("-schema-create.sql")]] = name
+    databases = {name[: -len("-schema-create.sql")] for name in files if name.endswith("-schema-create.sql")}
     tables: dict[str, TableExport] = {}
     for name in sorted(files):
         if not name.endswith("-schema.sql") or name.endswith("-schema-create.sql"):
             continue
         stem = name[: -len("-schema.sql")]
-        db = max((x for x in databases if stem.startswith(x + ".")), key=len, default=None)
-        if db is None:
-            db, _, _ = stem.partition(".")
+        # Split the escaped stem, then unescape: Dumpling escapes a "." inside a name, so its first "." ends
+        # the database. An export whose names are not escaped (the simulator's writer) may hold a "." in a
+        # database name: the longest database of a -schema-create.sql file that begins the stem is the one
+        # (for escaped names, the same as the first ".").
+        escaped_db = max((x for x in databases if stem.startswith(x + ".")), key=len, default=None)
+        if escaped_db is None:
+            escaped_db = stem.partition(".")[0]
+        db = _unescape_name(escaped_db)
         where = _join(location, name)
         create = parse_schema_file(read_file(where).decode("utf-8", "replace"), db, where)
         tables[stem] = TableExport(create.schema or db, create.table, create, where)
@@ -562,18 +580,18 @@ def data_file_batches(
     else:
         names, rows = parse_sql(data, where, dialect.escape_backslash)
         binary_fmt = "raw"
-    by_name = {c.name.lower(): i for i, c in enumerate(columns)}
+    by_name = {tidb_lower(c.name): i for i, c in enumerate(columns)}
     if names is None:
         order = list(range(len(columns)))
         if rows and len(rows[0]) != len(columns):
             raise SnapshotFormatError(f"{where}: rows have {len(rows[0])} values, the table has {len(columns)} columns")
     else:
-        unknown = [n for n in names if n.lower() not in by_name]
+        unknown = [n for n in names if tidb_lower(n) not in by_name]
         if unknown:
             raise SnapshotFormatError(
                 f"{where}: columns {unknown} are not in the table's schema file (columns: {[c.name for c in columns]})"
             )
-        order = [by_name[n.lower()] for n in names]
+        order = [by_name[tidb_lower(n)] for n in names]
         given = set(order)
         missing = [c.name for i, c in enumerate(columns) if i not in given and not c.generated]
         if missing:
