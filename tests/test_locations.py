@@ -23,6 +23,7 @@ from ticdc_delta.locations import (
     overlaps,
     table_location,
     table_name_problem,
+    tidb_lower,
 )
 
 # any text a TiDB name could hold: every code point except NUL and unpaired surrogates
@@ -144,6 +145,38 @@ def test_child_locations() -> None:
 def test_fold_name() -> None:
     assert fold_name("SHOP") == "shop" and fold_name("Orders") == "orders"
     assert fold_name("Orders", case_sensitive=True) == "Orders"
+
+
+# name → TiDB's lower case, as Go 1.26's strings.ToLower (model.NewCIStr(name).L) gives it
+TIDB_LOWER = [
+    ("ΟΔΟΣ", "οδοσ"),  # no Final_Sigma: Python's lower() gives "οδος", TiDB's other table
+    ("ΣΑΣ Σ", "σασ σ"), ("ΑΣ1", "ασ1"), ("οδος", "οδος"),
+    ("İstanbul", "istanbul"),  # the simple mapping: Python's lower() gives "i" + U+0307, two code points
+    ("STRAẞE", "straße"), ("Straße", "straße"),  # no folding: casefold() gives "strasse"
+    ("ǅemal", "ǆemal"), ("ÀÉÎ_Ω", "àéî_ω"), ("Shop_1.$x", "shop_1.$x"),
+]
+
+
+@pytest.mark.parametrize("name,lower", TIDB_LOWER)
+def test_names_fold_as_tidb_folds_them(name: str, lower: str) -> None:
+    """TiDB compares names by Go's lower case: the job keeps apart the tables TiDB keeps apart (``ΟΔΟΣ``
+    and ``οδος`` are two) and takes for one the names TiDB takes for one."""
+    assert fold_name(name) == tidb_lower(name) == lower
+    assert fold_name(name, case_sensitive=True) == name
+
+
+def test_every_code_point_lowers_to_one() -> None:
+    """Go lowers one code point to one; Python's lower() does too except where its full mapping adds
+    code points (a newer Unicode could bring more: they need Go's simple mapping, as U+0130 has)."""
+    cased = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF and chr(c).lower() != chr(c)]
+    assert [c for c in cased if len(tidb_lower(c)) != 1] == []
+    assert tidb_lower("".join(cased)) == "".join(tidb_lower(c) for c in cased)  # no context rules
+
+
+@given(st.text(st.characters(max_codepoint=0x7F), max_size=40))
+def test_ascii_names_fold_as_before(name: str) -> None:
+    """Delta tables of ASCII names stay where they are."""
+    assert fold_name(name) == name.lower()
 
 
 def test_overlaps() -> None:

@@ -23,7 +23,8 @@ exact inverse on every component it produces (anything else is refused).
 **Case.** TiDB compares schema and table names case-insensitively (``lower_case_table_names = 2``); a
 changefeed's ``case-sensitive`` setting decides how its filters compare them. :func:`fold_name` is the
 one rule: lower-case unless ``case_sensitive``. The caller applies it where names enter the job; the
-lower-case spelling then names the Delta directory.
+lower-case spelling then names the Delta directory. Lower case is TiDB's (:func:`tidb_lower`), not
+Python's: two names are one table exactly when TiDB takes them for one.
 
 **Local or not.** :func:`file_path` turns a ``file:`` URL into the local path it names and
 :func:`local_path` tells a local location from an object-store URI: the one reading of a location that
@@ -44,6 +45,7 @@ from .errors import IdentifierError
 __all__ = [
     "ESCAPE",
     "MAX_COMPONENT_BYTES",
+    "tidb_lower",
     "fold_name",
     "check_name",
     "table_name_problem",
@@ -106,9 +108,39 @@ def _shown(name: str) -> str:
     return repr(name if len(name) <= _QUOTE_LIMIT else name[:_QUOTE_LIMIT] + "...")
 
 
+class _RuneLower(dict[int, str]):
+    """Code point → Go's ``unicode.ToLower`` of it, for :meth:`str.translate`; filled as characters are
+    first seen.
+
+    Go maps each code point to one code point by the simple case mapping of UnicodeData.txt. Python's
+    single-character :meth:`str.lower` gives the same for every code point but U+0130 ``İ``, whose full
+    mapping (SpecialCasing.txt) is ``i`` + U+0307 COMBINING DOT ABOVE and whose simple one is ``i``
+    (checked over all code points against Go 1.26, Unicode 15.0; Python's tables are Unicode 14.0, which
+    has the same case pairs). Lowering one character at a time also leaves out Python's context rule
+    (Final_Sigma: ``Σ`` at a word's end → ``ς``) that Go does not have.
+    """
+
+    def __missing__(self, code: int) -> str:
+        lower = self[code] = "i" if code == 0x130 else chr(code).lower()
+        return lower
+
+
+_RUNE_LOWER = _RuneLower()
+
+
+def tidb_lower(name: str) -> str:
+    """``name`` in lower case as TiDB lower-cases identifiers to compare them (``model.CIStr.L``: Go's
+    ``strings.ToLower``, one code point for one). Python's :meth:`str.lower` differs outside ASCII:
+    ``ΟΔΟΣ`` → ``οδος`` where TiDB gives ``οδοσ`` (so it would take TiDB's two tables ``ΟΔΟΣ`` and
+    ``οδος`` for one), ``İ`` → two code points; :meth:`str.casefold` differs further (``ß`` → ``ss``)."""
+    # ASCII names (nearly all, and folded for every batch) are lowered alike by both, and fast
+    return name.lower() if name.isascii() else name.translate(_RUNE_LOWER)
+
+
 def fold_name(name: str, *, case_sensitive: bool = False) -> str:
-    """A schema or table name as the job compares and stores it: lower-case unless ``case_sensitive``."""
-    return name if case_sensitive else name.lower()
+    """A schema or table name as the job compares and stores it: lower-case (:func:`tidb_lower`) unless
+    ``case_sensitive``."""
+    return name if case_sensitive else tidb_lower(name)
 
 
 def _escape(c: str) -> str:

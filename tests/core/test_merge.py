@@ -80,3 +80,14 @@ def test_a_configured_key_takes_the_image_spelling_of_its_columns() -> None:
     image = (("id", 8, 0, 1), ("v", 15, 0, "a"))
     assert keys.key_columns("s", "t", image) == ("id",)
     assert collapse([ChangeRecord(1, "c", 0, 0, 0, "s", "t", "insert", image, None)], keys)[("s", "t")].key_columns == ("id",)
+
+
+def test_a_configured_key_names_the_column_tidb_would() -> None:
+    """Column names compare in TiDB's case (Go's ``strings.ToLower``), not Python's ``casefold``: ``ΟΔΟΣ``
+    names ``οδοσ`` and not ``οδος`` (one column each in TiDB), ``İD`` names ``id``, ``STRASSE`` not ``straße``."""
+    from ticdc_delta.core.merge import spell_key
+
+    assert spell_key(("ΟΔΟΣ",), [("οδος", 15, 0), ("οδοσ", 15, 0)]) == ("οδοσ",)
+    assert spell_key(("ΟΔΟΣ",), [("οδος", 15, 0)]) == ("ΟΔΟΣ",)  # no such column: MissingKeyError later
+    assert spell_key(("İD",), [("id", 8, 0)]) == ("id",)
+    assert spell_key(("STRASSE",), [("straße", 15, 0)]) == ("STRASSE",)

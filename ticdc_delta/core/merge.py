@@ -12,6 +12,7 @@ from operator import itemgetter
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..codec.model import ColumnFlag, Op
+from ..locations import tidb_lower
 from .records import ChangeRecord, ColumnTuple
 
 __all__ = ["FinalChange", "TableChanges", "KeyResolver", "collapse", "flagged_key", "spell_key", "UPSERT", "DELETE"]
@@ -44,7 +45,8 @@ def flagged_key(columns: Sequence[Sequence[Any]]) -> tuple[str, ...] | None:
 def spell_key(names: Sequence[str], columns: Iterable[Sequence[Any]]) -> tuple[str, ...]:
     """A configured key (``tables[].key``) as the columns (``(name, ...)``) spell it: MySQL's column names
     are case-insensitive, so ``ID`` names the column ``id``. A name the columns hold exactly stays; one
-    that matches a single column in another case takes its spelling; any other stays as given (the image
+    that matches a single column in another case — TiDB's case (:func:`~ticdc_delta.locations.tidb_lower`),
+    so ``STRASSE`` does not name ``straße`` — takes its spelling; any other stays as given (the image
     lacks it: :class:`MissingKeyError` where it is needed)."""
     have = [c[0] for c in columns]
     if all(n in have for n in names):
@@ -52,7 +54,8 @@ def spell_key(names: Sequence[str], columns: Iterable[Sequence[Any]]) -> tuple[s
     out = []
     for n in names:
         if n not in have:
-            folded = [c for c in have if c.casefold() == n.casefold()]
+            lower = tidb_lower(n)
+            folded = [c for c in have if tidb_lower(c) == lower]
             if len(folded) == 1:
                 n = folded[0]
         out.append(n)
