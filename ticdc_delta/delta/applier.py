@@ -24,6 +24,7 @@ from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, common_typ
 from .ddl_journal import DDLJournal, JournalEntry
 from .sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, TableSink, Txn, batch_txn
 from ..errors import SinkError, TableMissingError
+from ..locations import tidb_lower
 
 __all__ = ["TableCatalog", "ApplyResult", "DeltaApplier", "METADATA_COMMIT_TS", "METADATA_OP"]
 
@@ -42,7 +43,7 @@ class TableCatalog:
         self._params: dict[str, dict[str, TypeParams]] = {}
         for table, cols in (data or {}).items():
             if fold_names:
-                table = table.lower()
+                table = tidb_lower(table)
             self._params[table] = {
                 name: TypeParams(p.get("precision"), p.get("scale"),
                                  tuple(p["members"]) if p.get("members") is not None else None, p.get("fsp"),
@@ -213,6 +214,23 @@ class DeltaApplier:
         self._written.pop(name, None)
         self.locations.pop(name, None)
         self.gone.add(name)
+
+    def sharing(self, ident: TableIdent) -> list[str]:
+        """The other upstream tables (``schema.table``) whose rows went to ``ident``'s location, before
+        (the state) or in this batch: shards ``tables[].path`` maps to one Delta table."""
+        here, name = self._location(ident), f"{ident.schema}.{ident.table}"
+        return sorted(n for n, where in {**self._written, **self.locations}.items() if where == here and n != name)
+
+    def written_in(self, schema: str) -> list[TableIdent]:
+        """The tables of ``schema`` that have rows where the config puts them, before (the state) or in
+        this batch, wherever that is (a wildcard ``tables[].path`` entry's location too)."""
+        found = []
+        for name, where in {**self._written, **self.locations}.items():
+            if name.startswith(schema + "."):
+                ident = TableIdent(schema, name[len(schema) + 1:])
+                if self._location(ident) == where:  # (a "." in a name makes the split ambiguous)
+                    found.append(ident)
+        return found
 
     def _refuse_missing(self, ident: TableIdent) -> None:
         """Refuse to create anew a table the changefeed has written before (deleted, moved, or the

@@ -339,6 +339,7 @@ class DDLReplayer:
         changes = d.parse_ddl(rec.query, default_schema=rec.schema, ddl_type=rec.ddl_type)
         if not applier.case_sensitive:
             changes = [_fold_names(c) for c in changes]
+        self._refuse_crossing_renames(changes, rec, applier)
         changed = False
         for change in changes:
             cls = d.ddl_class(change)
@@ -388,6 +389,49 @@ class DDLReplayer:
                             cls, rec.commit_ts, exc, rec.query)
         return changed
 
+    def _refuse_crossing_renames(self, changes: list[Any], rec: DDLRecord, applier: "DeltaApplier") -> None:
+        """Refuse, before any part of the statement runs, a RENAME TABLE to be replayed whose two names
+        are not both enabled in ``tables[]``: the table a disabled name held upstream was never landed, so
+        the enabled name cannot become it (a gh-ost / pt-osc cut-over renames its disabled ghost table so),
+        and a landed table moved to a disabled name would sit where the job no longer writes. Skipping the
+        statement, as a disabled old name did, left the landed table under the disabled name and started
+        the enabled one anew from its next rows."""
+        for change in changes:
+            if not isinstance(change, d.RenameTable) or self.policy(d.ddl_class(change)) != "evolve":
+                continue
+            old = applier.options(change.schema, change.table).enabled
+            new = applier.options(change.new_schema, change.new_table).enabled
+            if old == new:
+                continue
+            names = f"{change.schema}.{change.table} to {change.new_schema}.{change.new_table}"
+            why = ("the job never landed the disabled table's rows, so the enabled name cannot become that table"
+                   if new else "the landed table would move to a name the job does not write")
+            raise DDLPolicyError(
+                f"rename_table DDL at commit ts {rec.commit_ts} renames {names}, and tables[] disables "
+                f"{'the first' if new else 'the second'} name: {why}: {rec.query!r}. Enable both names in "
+                "tables[] (and reset the changefeed to before the disabled table was created, see README, "
+                "'Recovery'), or set ddl.rename_table: ignore to go on without it — the landed table keeps "
+                "its name and rows, and the renamed table's later row events update it (after a gh-ost / "
+                "pt-osc cut-over: the migrated table's rows, as the ghost table copied them)"
+            )
+
+    def _refuse_shared(self, ident: TableIdent, cls: str, rec: DDLRecord, applier: "DeltaApplier",
+                       outside: str | None = None) -> None:
+        """Refuse a statement that would remove or rename rows or columns of ``ident``'s Delta table when
+        that location also holds the rows of other upstream tables (``tables[].path`` maps shards to one
+        location): replayed, one shard's TRUNCATE emptied every shard, its DROP COLUMN dropped the others'
+        values, its RENAME / DROP TABLE took their table away. ``outside``: a DROP DATABASE of that schema,
+        which shares the location harmlessly with the schema's own tables."""
+        others = [n for n in applier.sharing(ident) if outside is None or not n.startswith(outside + ".")]
+        if others:
+            raise DDLPolicyError(
+                f"{cls} DDL at commit ts {rec.commit_ts} on {ident.schema}.{ident.table} would change the Delta "
+                f"table at {applier.sink.table_path(*ident)}, which also holds the rows of {', '.join(others)} "
+                f"(tables[].path maps them to one location): {rec.query!r}. Set ddl.{cls}: ignore to go on "
+                "without it (the table keeps every table's rows and columns), or give the tables locations "
+                "of their own (and reset the changefeed, see README, 'Recovery')"
+            )
+
     # --- evolve ----------------------------------------------------------------------------------------
 
     def _evolve(self, change: Any, cls: str, rec: DDLRecord, applier: "DeltaApplier", batch_id: int) -> bool:
@@ -403,7 +447,13 @@ class DDLReplayer:
             return self._create_table(change, applier, batch_id)
         if isinstance(change, d.DropDatabase):
             dropped = False
-            for ident in sink.tables_in_schema(change.name):
+            # the schema's tables under sink.path, those a tables[].path puts elsewhere, and those the job
+            # has written anywhere (a wildcard entry's path)
+            idents = list(dict.fromkeys([*sink.tables_in_schema(change.name), *applier.written_in(change.name)]))
+            for ident in idents:
+                if not (applier.seam is not None and applier.seam.holds(ident.schema, ident.table, rec.commit_ts)):
+                    self._refuse_shared(ident, cls, rec, applier, outside=change.name)
+            for ident in idents:
                 if applier.seam is not None and applier.seam.holds(ident.schema, ident.table, rec.commit_ts):
                     # loaded from a snapshot taken after the drop (the table was made again since)
                     log.info("DROP DATABASE at commit ts %s: %s.%s is kept, its snapshot is later",
@@ -414,6 +464,8 @@ class DDLReplayer:
                 dropped |= bool(sink.drop(ident))
             return dropped
         ident = TableIdent(change.schema, change.table)
+        if isinstance(change, (d.DropTable, d.RenameTable)):
+            self._refuse_shared(ident, cls, rec, applier)
         if isinstance(change, d.DropTable):
             applier.catalog.drop_table(*ident)
             applier.forget(ident)
@@ -439,6 +491,8 @@ class DDLReplayer:
                 applier.catalog.set_params(ident.schema, ident.table, col.name, column_params(col))
             log.info("%s on %s.%s before it has a Delta table: nothing to change", cls, *ident)
             return False
+        if isinstance(change, (d.TruncateTable, d.DropColumn, d.RenameColumn)):
+            self._refuse_shared(ident, cls, rec, applier)
         if isinstance(change, d.TruncateTable):
             return bool(sink.overwrite_empty(ident, txn))
         if isinstance(change, d.AddColumns):
