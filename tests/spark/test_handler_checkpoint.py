@@ -367,3 +367,32 @@ def test_shards_mapped_to_one_path_all_land_from_one_batch(engine: str, sink: di
     _handler(cfg)(batch(0, ("shard_1", 1), ("shard_2", 1001), ("shard_3", 2001)), 0)
     _handler(cfg)(batch(10, ("shard_2", 1002), ("shard_1", 2)), 1)
     assert sorted(r["id"] for r in read_table(shared).to_pylist()) == [1, 2, 1001, 1002, 2001]
+
+
+def _canal_spelled(commit_ts: int, row_id: int, column: str, value: str) -> bytes:
+    return json.dumps({
+        "id": 0, "database": "test", "table": "orders", "pkNames": ["id"], "isDdl": False, "type": "INSERT",
+        "es": 1, "ts": 1, "sql": "", "sqlType": {"id": -5, column: 12}, "mysqlType": {"id": "bigint", column: "varchar"},
+        "data": [{"id": str(row_id), column: value}], "old": None, "_tidb": {"commitTs": commit_ts},
+    }).encode()
+
+
+@pytest.mark.parametrize("engine,sink", [("delta-rs", {}), ("spark", {}),
+                                         ("spark", {"columnar_rows": 0, "split_rows": 1})],
+                         ids=["delta-rs", "spark", "spark-buckets"])
+def test_images_that_spell_a_column_in_two_cases_are_one_column(engine: str, sink: dict, spark: Any,
+                                                                tmp_path: Path) -> None:
+    """Rows from before and after an upstream rename that changed only a column's case (``v`` → ``V``; Avro
+    carries no DDL, so they can share a MERGE). Regression: the MERGE's source got two columns for the
+    table's one — "duplicate column names" on every re-run, the job stopped for good."""
+    base = json.loads(json.dumps(_cfg(tmp_path).model_dump(mode="json", exclude_none=True)))
+    cfg = config_from_mapping({**base, "sink": {**base["sink"], "engine": engine, **sink}})
+    ts = TsoClock.START_MS << 18
+    messages = [_canal_spelled(ts + 1, 1, "v", "a"), _canal_spelled(ts + 2, 2, "V", "b"),
+                _canal_spelled(ts + 3, 3, "v", "c"), _canal_spelled(ts + 4, 4, "V", "d")]
+    rows = [("cdc", 0, i, None, m) for i, m in enumerate(messages)]
+    rows += [("cdc", 0, len(messages), None, _canal_watermark(ts + 5)), ("cdc", 1, 0, None, _canal_watermark(ts + 5))]
+    _handler(cfg)(spark.createDataFrame(rows, KAFKA_SCHEMA), 0)
+    table = read_table(cfg.table_path("test", "orders"))
+    assert table.schema.names == ["id", "v"]
+    assert sorted((r["id"], r["v"]) for r in table.to_pylist()) == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]

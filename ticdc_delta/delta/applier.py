@@ -441,11 +441,16 @@ class DeltaApplier:
     ) -> tuple[int, int, int | None]:
         changes = list(tc.changes.values())
         upserts = [c for c in changes if c.kind != DELETE]
-        # Column types come from the images: the first image carrying a column names its type.
+        # Column types come from the images: the first image carrying a column names its type. Names compare
+        # ignoring case, as MySQL's column names do: an upstream rename that changed only a column's case
+        # (Avro carries no DDL) leaves images of both spellings, one column's values.
         col_types: dict[str, tuple[int, int]] = {}
+        spelled: set[str] = set()
         for c in changes:
             for name, type_code, flags, _ in c.image:
-                col_types.setdefault(name, (type_code, flags))
+                if (low := name.lower()) not in spelled:
+                    spelled.add(low)
+                    col_types[name] = (type_code, flags)
         have = self.prepare_table(ident, col_types, bool(upserts), opts, batch_id)
         if have is None:
             return 0, 0, None  # deletes for a table we never had: nothing to delete
@@ -453,7 +458,7 @@ class DeltaApplier:
 
         keys = tc.key_columns
         names = list(col_types) if upserts else list(keys)
-        images = [{col[0]: col[3] for col in c.image} for c in changes]
+        images = [{col[0].lower(): col[3] for col in c.image} for c in changes]
         columns: list[pa.Array] = []
         fields: list[pa.Field] = []
         for name in names:
@@ -461,7 +466,8 @@ class DeltaApplier:
             params = self.catalog.params(ident.schema, ident.table, name)
             convert = converter_for(type_code, flags, params, self.tz)
             try:
-                values = [None if (v := img.get(name)) is None else convert(v) for img in images]
+                low = name.lower()
+                values = [None if (v := img.get(low)) is None else convert(v) for img in images]
             except SinkError as exc:
                 # the value screen (value_check) refuses such changes before the batch; reaching this
                 # means the type parameters changed in a way it could not follow (see value_check)

@@ -266,9 +266,12 @@ def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
             # key range without a job of its own); None: the column holds a null; "other": a value of
             # another type
             spans: dict[str, list[int] | str | None] = {}
+            spelled: set[str] = set()  # a column's name in lower case: an upstream rename may change only its case
             for fc in tc.changes.values():
                 for name, type_code, flags, value in fc.image:
-                    col_types.setdefault(name, (type_code, flags))
+                    if (low := name.lower()) not in spelled:
+                        spelled.add(low)
+                        col_types[name] = (type_code, flags)
                     if name in keys:
                         _span(spans, name, type_code, value)
                 if fc.kind == DELETE:
@@ -303,13 +306,15 @@ def _table_fn(job: _TableJob) -> Callable[[pa.Table], pa.Table]:
 def _picker(names: tuple[str, ...], wanted: list[str]) -> Callable[[tuple], tuple]:
     """The values of the ``wanted`` columns, in that order, out of an image's values listed as ``names``:
     ``None`` for a column the image lacks (a delete that carries only the key), the last value of a repeated
-    name (as a dict of the image keeps)."""
-    at = {name: i for i, name in enumerate(names)}
-    positions = [at.get(name, len(names)) for name in wanted]  # len(names): the None appended below
+    name (as a dict of the image keeps). Names compare ignoring case, as MySQL's column names do: the images
+    before and after an upstream rename that changed only a column's case (Avro carries no DDL) are one
+    column's values."""
+    at = {name.lower(): i for i, name in enumerate(names)}
+    positions = [at.get(name.lower(), len(names)) for name in wanted]  # len(names): the None appended below
     if not positions:
         return lambda values: ()
     getter = operator.itemgetter(*positions) if len(positions) > 1 else (lambda v, i=positions[0]: (v[i],))
-    if all(name in at for name in wanted):
+    if all(name.lower() in at for name in wanted):
         return getter  # type: ignore[return-value]
     return lambda values: getter(values + (None,))
 
@@ -530,7 +535,9 @@ def _add_meta(metas: dict[tuple[int, str, str], dict], at: tuple[int, str, str],
         metas[at] = dict(meta)
         return
     short, long_ = sorted((found["col_types"], meta["col_types"]), key=len)
-    if tuple(found["keys"]) != tuple(meta["keys"]) or long_[:len(short)] != short:
+    # (each bucket names a column as its first image does: the case may differ after an upstream rename)
+    if tuple(found["keys"]) != tuple(meta["keys"]) or [(n.lower(), t) for n, t in long_[:len(short)]] != \
+            [(n.lower(), t) for n, t in short]:
         raise TerminalError(f"{at[1]}.{at[2]}: the key buckets of one table disagree on its key or columns "
                             f"({found['keys']} / {meta['keys']})")
     found["col_types"] = long_
