@@ -350,3 +350,24 @@ def test_a_table_whose_creation_was_killed_before_its_commit_is_created_on_resta
     assert not sink.ensure_table(T, SCHEMA, None, Txn("cf", 0))
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'x', 'y', 1.50)")
     assert spark.read.format("delta").load(path).count() == 1
+
+
+@integration
+@pytest.mark.parametrize("column_mapping", [True, False], ids=["column-mapping", "plain"])
+def test_a_partition_column_dropped_or_renamed_leaves_the_table_as_the_delta_rs_engine_does(
+        spark: Any, tmp_path: Path, column_mapping: bool) -> None:
+    """Regression: Delta drops no partition column in place (DELTA_UNSUPPORTED_DROP_PARTITION_COLUMN), so on a
+    column-mapping table the DROP COLUMN of a ``tables[].partition_by`` column stopped the job at that DDL
+    on every restart; and a rename by rewrite left the table unpartitioned. Both engines now end with the
+    same table: dropped, partitioned by the other columns; renamed, still partitioned by it."""
+    sink = SparkDeltaSink(DeltaRsSink(str(tmp_path)), spark, column_mapping=column_mapping)
+    sink.ensure_table(T, SCHEMA, ["a", "v"], Txn("cf", 0))
+    path = sink.table_path(*T)
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'x', 'p', 1.50), (2, 'y', 'q', -3.25)")
+    assert sink.rename_column(T, "v", "w", Txn("cf", 1))
+    assert DeltaTable(path).metadata().partition_columns == ["a", "w"]
+    assert sink.drop_column(T, "a", Txn("cf", 2))
+    assert DeltaTable(path).metadata().partition_columns == ["w"]
+    assert not sink.drop_column(T, "a", Txn("cf", 2))  # a replay after a crash
+    assert sink.table_schema(T).names == ["id", "w", "d"]
+    assert [(r["id"], r["w"]) for r in _rows_by_delta_rs(sink)] == [(1, "p"), (2, "q")]

@@ -490,7 +490,9 @@ class SparkDeltaSink:
         def act(dt: RsTable, schema: pa.Schema, path: str) -> bool:
             if name not in schema.names:
                 return False
-            if not _column_mapping(dt):
+            # Delta drops no partition column in place (DELTA_UNSUPPORTED_DROP_PARTITION_COLUMN): the table is
+            # rewritten without it, partitioned by the others, as the delta-rs engine does
+            if not _column_mapping(dt) or name in dt.metadata().partition_columns:
                 return self._rewrite_now(dt, path, lambda t: t.drop_columns([name]), txn)
             self._alter(path, f"DROP COLUMN {_quote(name)}")
             self._record(path, txn)
@@ -597,7 +599,11 @@ class SparkDeltaSink:
         spark_schema = from_arrow_schema(target, prefer_timestamp_ntz=True)
         self._support_types(dt, path, target.types)
         rows = self.spark.read.format("delta").load(path).mapInArrow(_rewrite_fn(transform, target), spark_schema)
-        parts = [c for c in dt.metadata().partition_columns if c in target.names]
+        parts = list(dt.metadata().partition_columns)
+        if len(target.names) == len(current.names):  # a rename or a cast: a partition column keeps its place
+            parts = [target.names[current.names.index(c)] for c in parts]
+        else:  # a column dropped: the table is partitioned by the others
+            parts = [c for c in parts if c in target.names]
         writer = (rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
                   .option("txnAppId", txn.app_id).option("txnVersion", str(txn.version)))
         if parts:
