@@ -132,3 +132,37 @@ def test_shards_mapped_to_one_path_each_land_in_one_batch(tmp_path: Path) -> Non
     batch(1, shard("db_2", 1002, 12), shard("db_1", 2, 13))
     batch(1, shard("db_2", 1002, 12), shard("db_1", 2, 13))
     assert sorted(r["id"] for r in sink.read(TableIdent("db_1", "t")).to_pylist()) == [1, 2, 1001, 1002]
+
+
+def test_a_partition_column_is_named_in_any_case_and_a_missing_one_is_a_config_error(tmp_path: Path) -> None:
+    """``tables[].partition_by`` matches the columns ignoring case, as ``key`` does (``Region`` stopped the job
+    with a bare ValueError at the table's creation). One the table lacks — a wildcard entry's, matching a
+    table without it — is a configuration error naming the table and the entry, before anything is written."""
+    from ticdc_delta.delta.applier import TableOptions
+    from ticdc_delta.errors import ConfigError
+
+    sink = DeltaRsSink(str(tmp_path))
+    parts = {"t": ("V",), "u": ("region",)}
+    applier = DeltaApplier(sink, "cf", table_options=lambda s, t: TableOptions(partition_by=parts[t]))
+    applier.apply([RowsStep(collapse([_change(1, Op.INSERT, _image(1, 7))], KeyResolver()))], 1)
+    assert sink.partition_columns(T) == ("v",) and _rows(sink) == [{"id": 1, "v": 7}]
+    other = ChangeRecord(2, "cdc", 0, 2, 0, "db", "u", Op.INSERT, _image(1, 1), None)
+    with pytest.raises(ConfigError, match=r"tables\[\]\.partition_by of db\.u: \['region'\] not among its columns "
+                                          r"\['id', 'v'\]"):
+        applier.apply([RowsStep(collapse([other], KeyResolver()))], 2)
+    assert sink.table_schema(TableIdent("db", "u")) is None
+
+
+def test_an_upstream_column_named_as_a_metadata_column_is_a_config_error(tmp_path: Path) -> None:
+    """An upstream column that takes a metadata column's name (any case) failed the batch on every re-run
+    with delta-rs's "duplicate field" (or its values were replaced by the metadata's). Refused, naming the
+    setting to change."""
+    from ticdc_delta.errors import ConfigError
+
+    sink = DeltaRsSink(str(tmp_path))
+    image = (*_image(1, 1), ("_TiDB_Op", int(TypeCode.VARCHAR), 0, "mine"))
+    with pytest.raises(ConfigError, match=r"table db\.t has a column '_TiDB_Op', and sink\.metadata_columns names "
+                                          r"'_tidb_op' too"):
+        _apply(sink, 1, _change(1, Op.INSERT, image), meta=META)
+    _apply(sink, 1, _change(1, Op.INSERT, image), meta=("_cdc_ts", "_cdc_op"))
+    assert _rows(sink) == [{"id": 1, "v": 1, "_TiDB_Op": "mine", "_cdc_ts": 1, "_cdc_op": Op.INSERT}]

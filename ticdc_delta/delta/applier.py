@@ -23,7 +23,7 @@ from ..core.snapshot_seam import SnapshotSeam
 from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, common_type, converter_for
 from .ddl_journal import DDLJournal, JournalEntry
 from .sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, TableSink, Txn, batch_txn
-from ..errors import SinkError, TableMissingError
+from ..errors import ConfigError, SinkError, TableMissingError
 from ..locations import tidb_lower
 
 __all__ = ["TableCatalog", "ApplyResult", "DeltaApplier", "METADATA_COMMIT_TS", "METADATA_OP"]
@@ -377,6 +377,29 @@ class DeltaApplier:
     def _field(self, ident: TableIdent, name: str, type_code: int, flags: int) -> pa.Field:
         return arrow_field_for(name, type_code, flags, self.catalog.params(ident.schema, ident.table, name))
 
+    def check_columns(self, ident: TableIdent, names: Iterable[str], partition_by: Sequence[str] = ()) -> list[str]:
+        """``partition_by`` (``tables[].partition_by``) as the table's columns ``names`` spell them (MySQL's column names compare
+        ignoring case, as ``tables[].key`` does), for a table about to be created; checks first that no
+        upstream column takes the name of a metadata column, whose values would replace its own.
+
+        Raises:
+            ConfigError: a partition column the table does not have, or a column named as a metadata column.
+        """
+        spelled = {n.lower(): n for n in names}
+        for name in self.metadata_columns or ():
+            if name.lower() in spelled:
+                raise ConfigError(
+                    f"table {ident.schema}.{ident.table} has a column {spelled[name.lower()]!r}, and "
+                    f"sink.metadata_columns names {name!r} too: choose other names for the metadata columns "
+                    "(sink.metadata_columns: {commit_ts: ..., op: ...})")
+        missing = [p for p in partition_by if p.lower() not in spelled]
+        if missing:
+            raise ConfigError(
+                f"tables[].partition_by of {ident.schema}.{ident.table}: {missing} not among its columns "
+                f"{list(spelled.values())}; a wildcard entry's partition_by must name columns of every table it "
+                "matches")
+        return [spelled[p.lower()] for p in partition_by]
+
     def prepare_table(self, ident: TableIdent, col_types: Mapping[str, tuple[int, int]], upserts: bool,
                       opts: TableOptions, batch_id: int) -> dict[str, str] | None:
         """The target table's schema work before its rows are written, for either engine: create it from
@@ -394,15 +417,18 @@ class DeltaApplier:
             if not upserts:
                 return None
             self._refuse_missing(ident)
+            parts = self.check_columns(ident, col_types, opts.partition_by)
             fields = [self._field(ident, n, t, f) for n, (t, f) in col_types.items()]
             if meta:
                 fields += [pa.field(meta[0], pa.int64()), pa.field(meta[1], pa.string())]
-            self.sink.ensure_table(ident, pa.schema(fields), list(opts.partition_by), self.schema_txn(batch_id),
+            self.sink.ensure_table(ident, pa.schema(fields), parts, self.schema_txn(batch_id),
                                    dict(opts.properties))
             existing = self.sink.table_schema(ident)
         elif opts.properties:
             self.reconcile_properties(ident, opts)
         assert existing is not None  # noqa: S101 - ensure_table just created it
+        if meta:
+            self.check_columns(ident, col_types)
         have = {f.name.lower(): f.name for f in existing}
         missing = [self._field(ident, n, t, f) for n, (t, f) in col_types.items() if n.lower() not in have]
         if meta:

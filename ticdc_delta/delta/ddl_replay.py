@@ -529,7 +529,9 @@ class DDLReplayer:
             schema = like
         else:
             fields = []
-            for col in _stored(change.columns, ident):
+            stored = _stored(change.columns, ident)
+            applier.check_columns(ident, [c.name for c in stored])
+            for col in stored:
                 params = column_params(col)
                 applier.catalog.set_params(ident.schema, ident.table, col.name, params)
                 fields.append(arrow_field_for(col.name, col.type.type_code, col.type.flags, params))
@@ -545,7 +547,9 @@ class DDLReplayer:
                 sink.add_columns(ident, missing, txn)
             return bool(missing)
         opts = applier.options(*ident)
-        return bool(sink.ensure_table(ident, schema, list(opts.partition_by), txn, dict(opts.properties)))
+        parts = applier.check_columns(ident, [f.name for f in schema if f.name not in (applier.metadata_columns or ())],
+                                      opts.partition_by)
+        return bool(sink.ensure_table(ident, schema, parts, txn, dict(opts.properties)))
 
     def _add_columns(self, change: "d.AddColumns", existing: pa.Schema, rec: DDLRecord,
                      applier: "DeltaApplier", txn: Txn) -> bool:
