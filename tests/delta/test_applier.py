@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -166,3 +168,30 @@ def test_an_upstream_column_named_as_a_metadata_column_is_a_config_error(tmp_pat
         _apply(sink, 1, _change(1, Op.INSERT, image), meta=META)
     _apply(sink, 1, _change(1, Op.INSERT, image), meta=("_cdc_ts", "_cdc_op"))
     assert _rows(sink) == [{"id": 1, "v": 1, "_TiDB_Op": "mine", "_cdc_ts": 1, "_cdc_op": Op.INSERT}]
+
+
+def test_a_batch_that_could_need_more_steps_than_it_has_is_refused_before_its_first_commit(tmp_path: Path) -> None:
+    """A batch of 400 × (a row; TRUNCATE TABLE) of one table — an ETL's minutely TRUNCATE + INSERT read after
+    hours of backlog — needs ~1,200 commits to that table, and a batch numbers 1,024. Regression: a bare
+    ValueError at the 1,025th step, after ~680 commits, on every re-run. Refused before the first commit,
+    naming the way on; 400 DDL that each create another table are no reason to refuse."""
+    from ticdc_delta.core.records import DDLRecord
+    from ticdc_delta.delta.ddl_replay import DDLReplayer
+    from ticdc_delta.errors import TerminalError
+
+    sink = DeltaRsSink(str(tmp_path))
+    steps: list[Any] = []
+    for i in range(400):
+        steps.append(RowsStep(collapse([_change(2 * i + 1, Op.INSERT, _image(i, i))], KeyResolver())))
+        steps.append(DDLRecord(2 * i + 2, "cdc", 0, 2 * i + 2, 0, "db", "t", "TRUNCATE TABLE t", None))
+    applier = DeltaApplier(sink, "cf", ddl_handler=DDLReplayer(SimpleNamespace(truncate_table="evolve")))
+    with pytest.raises(TerminalError, match=r"micro-batch 3 could make up to 1200 commits to the Delta table at "
+                                            r".*\(db\.t: .*more than the 1024 a micro-batch can number; nothing of "
+                                            r"it was committed\. Lower source\.max_offsets_per_trigger, then run "
+                                            r"`reset --from state --yes`"):
+        applier.apply(steps, 3)
+    assert sink.table_schema(T) is None
+
+    creates = [DDLRecord(i, "cdc", 0, i, 0, "db", f"t{i}", f"CREATE TABLE t{i} (id INT PRIMARY KEY)", None)
+               for i in range(400)]
+    applier.check_steps(4, [[TableIdent("db", f"t{i}")] for i in range(401)], creates)

@@ -22,8 +22,8 @@ from ..core.records import DDLRecord
 from ..core.snapshot_seam import SnapshotSeam
 from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, common_type, converter_for
 from .ddl_journal import DDLJournal, JournalEntry
-from .sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, TableSink, Txn, batch_txn
-from ..errors import ConfigError, SinkError, TableMissingError
+from .sink import OP_COLUMN, OP_DELETE, OP_UPSERT, STEPS_PER_BATCH, TableIdent, TableSink, Txn, batch_txn
+from ..errors import ConfigError, IdentifierError, SinkError, TableMissingError, TerminalError
 from ..locations import tidb_lower
 
 __all__ = ["TableCatalog", "ApplyResult", "DeltaApplier", "METADATA_COMMIT_TS", "METADATA_OP"]
@@ -311,7 +311,9 @@ class DeltaApplier:
         Raises:
             SinkError, ConcurrentCommitError: from the sink; DDLPolicyError from the DDL handler.
         """
-        skip, result = self.begin(batch_id, [s for s in steps if isinstance(s, DDLRecord)])
+        ddls = [s for s in steps if isinstance(s, DDLRecord)]
+        self.check_steps(batch_id, [[TableIdent(*t) for t in s.tables] for s in steps if isinstance(s, RowsStep)], ddls)
+        skip, result = self.begin(batch_id, ddls)
         ordinal = -1  # the DDL steps seen so far, less one
         for step in steps:
             if isinstance(step, DDLRecord):
@@ -328,6 +330,52 @@ class DeltaApplier:
                 n_up, n_del, last_ts = self._apply_table(TableIdent(schema, table), changes, opts, batch_id)
                 result.count(f"{schema}.{table}", n_up + n_del, n_del, last_ts)
         return result
+
+    def check_steps(self, batch_id: int, segments: Sequence[Iterable[TableIdent]], ddls: Sequence[DDLRecord]) -> None:
+        """Refuse, before its first commit, a batch that could number more commits to one location than a
+        batch has steps (``STEPS_PER_BATCH``): ``segments`` are the tables with rows in each of its
+        segments (two commits each: schema work, MERGE), ``ddls`` its DDL (one commit to each table they
+        name; one to every table for a DDL that may touch any). Found at the step past the last one, it
+        stopped the batch part-way, on every re-run, with a bare ValueError — and with commits made, no
+        re-planned batch could take its place safely.
+
+        Raises:
+            TerminalError: the batch could need more steps for one location, naming the way on.
+        """
+        from .ddl_replay import ddl_tables
+
+        need: dict[str, int] = {}
+        named: dict[str, set[str]] = {}
+
+        def add(schema: str, table: str, n: int) -> None:
+            try:
+                where = self._location(TableIdent(schema, table))
+            except IdentifierError:
+                return  # no location can hold it: its rows and DDL commit nothing
+            need[where] = need.get(where, 0) + n
+            named.setdefault(where, set()).add(f"{schema}.{table}")
+
+        for tables in segments:
+            for ident in tables:
+                add(ident.schema, ident.table, 2)
+        anywhere = 0
+        for ddl in ddls:
+            names = ddl_tables(ddl, case_sensitive=self.case_sensitive)
+            if names is None:
+                anywhere += 1
+            for schema, table in names or ():
+                add(schema, table, 1)
+        if not need:
+            return
+        where = max(need, key=need.__getitem__)
+        if need[where] + anywhere > STEPS_PER_BATCH:
+            raise TerminalError(
+                f"micro-batch {batch_id} could make up to {need[where] + anywhere} commits to the Delta table at "
+                f"{where} ({', '.join(sorted(named[where]))}: rows and DDL of {len(ddls)} DDL segments), more than "
+                f"the {STEPS_PER_BATCH} a micro-batch can number; nothing of it was committed. Lower "
+                "source.max_offsets_per_trigger, then run `reset --from state --yes` (Spark's checkpoint holds "
+                "the batch as planned already; the reset plans it again under the new bound, losing nothing) "
+                "and start the job again")
 
     def begin(self, batch_id: int, ddls: Sequence[DDLRecord]) -> tuple[int, ApplyResult]:
         """Start applying ``batch_id`` (either engine), given its DDL in apply order: the ordinal of the DDL

@@ -1307,6 +1307,8 @@ class SparkEngine:
             case_sensitive=self.cfg.case_sensitive, journal=h.journal, seam=seam,
             written=written_locations(h._meta),
         )
+        applier.check_steps(batch_id, [[TableIdent(s, t) for s, t, _ in metas.get(seg, [])]
+                                       for seg in range(len(ddl_steps) + 1)], ddl_steps)
         skip, result = applier.begin(batch_id, ddl_steps)
         merged = [False]
         for seg in range(len(ddl_steps) + 1):
