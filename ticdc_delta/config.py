@@ -47,7 +47,7 @@ from pydantic import (
 )
 
 from .errors import ConfigError, IdentifierError
-from .locations import child_location, file_path, fold_name, overlaps, table_location
+from .locations import child_location, file_path, fold_name, holds, overlaps, table_location
 
 __all__ = [
     "JobConfig",
@@ -904,6 +904,13 @@ class TableMapping(_Model):
             raise ValueError(
                 'expected "schema.table" (a `*` matches any run of characters, e.g. "test.*")'
             )
+        # spellings that match nothing TiDB can name, so that an entry (enabled: false, a path) would do nothing
+        for part in (schema, table):
+            if part != part.strip():
+                raise ValueError(f"{part!r} has spaces around it: names are matched as written, and TiDB's do "
+                                 "not end with a space")
+            if len(part) > 1 and part[0] == part[-1] and part[0] in "`\"'":
+                raise ValueError(f"{part!r} is quoted: write the names without quotes (schema.table)")
         return value
 
     @field_validator("key")
@@ -1100,6 +1107,9 @@ class JobConfig(_Model):
                 raise _PathError(("dead_letter", "path"), f"overlaps {what} ({location}): give it a location of its own")
         explicit = [(i, m.path) for i, m in enumerate(self.tables) if m.path]
         for n, (i, path) in enumerate(explicit):
+            if holds(path, self.sink.path):
+                raise _PathError(("tables", i, "path"), f"is or holds sink.path ({self.sink.path}), where every "
+                                 "table without a path of its own lands: give the table a location of its own")
             for what, location in own:
                 if overlaps(path, location):
                     raise _PathError(("tables", i, "path"), f"overlaps {what} ({location}): give the table a "

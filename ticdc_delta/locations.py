@@ -55,6 +55,7 @@ __all__ = [
     "child_location",
     "check_inside",
     "overlaps",
+    "holds",
     "file_path",
     "local_path",
 ]
@@ -289,6 +290,13 @@ def overlaps(a: str, b: str) -> bool:
     prefix_b, parts_b = _absolute(b)
     n = min(len(parts_a), len(parts_b))
     return prefix_a == prefix_b and parts_a[:n] == parts_b[:n]
+
+
+def holds(outer: str, inner: str) -> bool:
+    """Whether location ``outer`` is ``inner`` or holds it."""
+    prefix_o, parts_o = _absolute(outer)
+    prefix_i, parts_i = _absolute(inner)
+    return prefix_o == prefix_i and parts_i[: len(parts_o)] == parts_o
 
 
 def table_location(root: str, schema: str, table: str) -> str:
