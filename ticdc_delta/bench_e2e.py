@@ -335,7 +335,9 @@ class _AppendSink:
         self._sink = sink
 
     def merge(self, ident: Any, changes: Any, key_columns: Any, txn: Any) -> Any:
-        return self._sink.append(ident, changes.drop_columns(["_op"]), txn)
+        from .delta.sink import OP_COLUMN
+
+        return self._sink.append(ident, changes.drop_columns([OP_COLUMN]), txn)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sink, name)

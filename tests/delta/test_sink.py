@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from tests.codec.cases import ALL_TYPES, DELETE, INSERT, UPDATE
 from tests.delta import ALL_TYPES_PARAMS
+from ticdc_delta.cli import EXIT_TERMINAL, exit_code_for
 from ticdc_delta.codec.model import RowChange
 from ticdc_delta.delta.arrow_types import arrow_field_for, canonical_from_delta, convert_value
 from ticdc_delta.delta.sink import (
@@ -30,6 +32,7 @@ from ticdc_delta.delta.sink import (
     quote_identifier,
     read_table,
     rows_outside,
+    storage_unreachable,
 )
 from ticdc_delta.errors import ConcurrentCommitError, SinkError
 
@@ -45,7 +48,7 @@ def txn(version: int) -> Txn:
 
 
 def changes(rows: list[dict[str, Any]], schema: pa.Schema = SCHEMA) -> pa.Table:
-    """A change table: ``schema``'s columns (only those the rows use) plus ``_op``."""
+    """A change table: ``schema``'s columns (only those the rows use) plus :data:`OP_COLUMN`."""
     names = [f.name for f in schema if any(f.name in r for r in rows)] or schema.names
     fields = [schema.field(n) for n in names] + [pa.field(OP_COLUMN, pa.string())]
     return pa.Table.from_pylist(rows, schema=pa.schema(fields))
@@ -68,7 +71,7 @@ def items(sink: DeltaRsSink) -> DeltaRsSink:
     sink.ensure_table(T1, SCHEMA, None, txn(0))
     sink.merge(
         T1,
-        changes([{"id": i, "name": f"n{i}", "v": float(i), "_op": "u"} for i in (1, 2, 3)]),
+        changes([{"id": i, "name": f"n{i}", "v": float(i), OP_COLUMN: "u"} for i in (1, 2, 3)]),
         ["id"],
         txn(0),
     )
@@ -108,12 +111,14 @@ def test_awkward_identifiers_in_paths_and_predicates(sink: DeltaRsSink) -> None:
     ident = TableIdent("my db 库", "t`1 表")
     schema = pa.schema([("k`ey", pa.int64()), ("名 字", pa.string()), ("a b", pa.int64())])
     assert sink.ensure_table(ident, schema, None, txn(1))
-    rows = [{"k`ey": 1, "名 字": "一", "a b": 1, "_op": "u"}, {"k`ey": 2, "名 字": "二", "a b": 2, "_op": "u"}]
+    rows = [{"k`ey": 1, "名 字": "一", "a b": 1, OP_COLUMN: "u"},
+            {"k`ey": 2, "名 字": "二", "a b": 2, OP_COLUMN: "u"}]
     sink.merge(ident, changes(rows, schema), ["k`ey", "名 字"], txn(1))
     stats = sink.merge(
         ident,
         changes(
-            [{"k`ey": 1, "名 字": "一", "a b": 10, "_op": "u"}, {"k`ey": 2, "名 字": "二", "_op": "d"}], schema
+            [{"k`ey": 1, "名 字": "一", "a b": 10, OP_COLUMN: "u"}, {"k`ey": 2, "名 字": "二", OP_COLUMN: "d"}],
+            schema,
         ),
         ["k`ey", "名 字"],
         txn(2),
@@ -150,9 +155,63 @@ def test_ensure_table_with_partitions(sink: DeltaRsSink) -> None:
     assert sink.table_schema(TableIdent("shop", "blobs")) is None
 
 
+def test_a_table_with_a_column_named_op_is_created_and_merged(sink: DeltaRsSink) -> None:
+    """Regression: the MERGE's op column was ``_op``, reserved, so an upstream table with a column ``_op``
+    stopped the job at CREATE TABLE. The op column's name is longer than any TiDB identifier now."""
+    assert len(OP_COLUMN) > 64  # (TiDB's limit for an identifier)
+    schema = pa.schema([("id", pa.int64()), ("_op", pa.string())])
+    assert sink.ensure_table(T1, schema, None, txn(0))
+    sink.merge(T1, changes([{"id": 1, "_op": "d", OP_COLUMN: "u"}, {"id": 2, "_op": "u", OP_COLUMN: "u"}], schema),
+               ["id"], txn(1))
+    stats = sink.merge(T1, changes([{"id": 1, "_op": "x", OP_COLUMN: "u"}, {"id": 2, OP_COLUMN: "d"}], schema),
+                       ["id"], txn(2))
+    assert (stats.updated, stats.deleted) == (1, 1)
+    assert rows_of(sink, T1, "id") == [{"id": 1, "_op": "x"}]
+    assert sink.table_schema(T1) == schema
+
+
+def test_the_op_columns_name_stays_reserved(sink: DeltaRsSink) -> None:
+    """Only a configured metadata column could take the op column's name: a table cannot have it."""
+    with pytest.raises(ValueError, match=f"{re.escape(repr(OP_COLUMN))} is reserved .* sink.metadata_columns"):
+        sink.ensure_table(T1, pa.schema([("id", pa.int64()), (OP_COLUMN, pa.string())]), None, txn(0))
+    sink.ensure_table(T1, SCHEMA, None, txn(0))
+    with pytest.raises(ValueError, match="is reserved"):
+        sink.add_columns(T1, [pa.field(OP_COLUMN, pa.string())], txn(1))
+
+
+@pytest.mark.parametrize("meta", [None, ("_commit_ts", "_op")], ids=["column", "metadata_columns"])
+def test_the_applier_writes_an_op_column_of_the_upstream_or_the_metadata_columns(
+    tmp_path: Path, meta: tuple[str, str] | None
+) -> None:
+    """An upstream column ``_op``, or the metadata columns ``{commit_ts: _commit_ts, op: _op}`` (the shipped
+    conf/open-protocol-tables.yaml's): the table is created and its rows merged."""
+    from ticdc_delta.codec.model import ColumnFlag, Op, TypeCode
+    from ticdc_delta.core.batch_planner import RowsStep
+    from ticdc_delta.core.merge import KeyResolver, collapse
+    from ticdc_delta.core.records import ChangeRecord
+    from ticdc_delta.delta.applier import DeltaApplier
+
+    sink = DeltaRsSink(str(tmp_path))
+    pk = int(ColumnFlag.HANDLE_KEY | ColumnFlag.PRIMARY_KEY)
+    upstream = "v" if meta else "_op"
+
+    def image(key: int, value: str) -> tuple:
+        return (("id", int(TypeCode.BIGINT), pk, key), (upstream, int(TypeCode.VARCHAR), 0, value))
+
+    def apply(batch_id: int, *events: tuple[int, str, tuple | None, tuple | None]) -> None:
+        records = [ChangeRecord(ts, "cdc", 0, ts, 0, T1.schema, T1.table, op, new, old) for ts, op, new, old in events]
+        DeltaApplier(sink, "cf", metadata_columns=meta).apply([RowsStep(collapse(records, KeyResolver()))], batch_id)
+
+    apply(1, (1, Op.INSERT, image(1, "a"), None), (1, Op.INSERT, image(2, "b"), None))
+    apply(2, (2, Op.UPDATE, image(1, "c"), image(1, "a")), (2, Op.DELETE, None, image(2, "b")))
+    expected = {"id": 1, upstream: "c", **({"_commit_ts": 2, "_op": Op.UPDATE} if meta else {})}
+    assert rows_of(sink, T1, "id") == [expected]
+    assert sink.table_schema(T1).names == list(expected)
+
+
 def test_schema_commit_then_data_commit_in_one_batch(sink: DeltaRsSink) -> None:
     sink.ensure_table(T1, SCHEMA, None, txn(5))
-    stats = sink.merge(T1, changes([{"id": 1, "name": "a", "v": 1.0, "_op": "u"}]), ["id"], txn(5))
+    stats = sink.merge(T1, changes([{"id": 1, "name": "a", "v": 1.0, OP_COLUMN: "u"}]), ["id"], txn(5))
     assert not stats.skipped and stats.inserted == 1
 
 
@@ -165,7 +224,7 @@ def test_add_columns_is_idempotent(items: DeltaRsSink) -> None:
     assert schema.field("ts").type == pa.timestamp("us") and schema.field("price").nullable
     assert [r["ts"] for r in rows_of(items, T1, "id")] == [None, None, None]
     schema_ext = pa.schema([*SCHEMA, pa.field("price", pa.decimal128(20, 0))])
-    items.merge(T1, changes([{"id": 4, "price": 7, "_op": "u"}], schema_ext), ["id"], txn(1))
+    items.merge(T1, changes([{"id": 4, "price": 7, OP_COLUMN: "u"}], schema_ext), ["id"], txn(1))
     assert rows_of(items, T1, "id")[-1] == {"id": 4, "name": None, "v": None, "ts": None, "price": 7}
 
 
@@ -189,10 +248,10 @@ def test_merge_upserts_and_deletes(items: DeltaRsSink) -> None:
         T1,
         changes(
             [
-                {"id": 1, "name": "one", "v": 1.5, "_op": "u"},  # matched + upsert → update
-                {"id": 2, "_op": "d"},  # matched + delete → delete
-                {"id": 4, "name": "four", "v": 4.0, "_op": "u"},  # not matched + upsert → insert
-                {"id": 5, "_op": "d"},  # not matched + delete → nothing
+                {"id": 1, "name": "one", "v": 1.5, OP_COLUMN: "u"},  # matched + upsert → update
+                {"id": 2, OP_COLUMN: "d"},  # matched + delete → delete
+                {"id": 4, "name": "four", "v": 4.0, OP_COLUMN: "u"},  # not matched + upsert → insert
+                {"id": 5, OP_COLUMN: "d"},  # not matched + delete → nothing
             ]
         ),
         ["id"],
@@ -208,7 +267,8 @@ def test_merge_upserts_and_deletes(items: DeltaRsSink) -> None:
 
 
 def test_second_merge_with_the_same_txn_does_nothing(items: DeltaRsSink) -> None:
-    batch = changes([{"id": 1, "name": "x", "v": 9.0, "_op": "u"}, {"id": 7, "name": "y", "v": 7.0, "_op": "u"}])
+    batch = changes([{"id": 1, "name": "x", "v": 9.0, OP_COLUMN: "u"},
+                     {"id": 7, "name": "y", "v": 7.0, OP_COLUMN: "u"}])
     first = items.merge(T1, batch, ["id"], txn(1))
     before, v = rows_of(items, T1, "id"), version(items, T1)
     again = items.merge(T1, batch, ["id"], txn(1))
@@ -216,8 +276,8 @@ def test_second_merge_with_the_same_txn_does_nothing(items: DeltaRsSink) -> None
     assert version(items, T1) == v == first.version
     assert rows_of(items, T1, "id") == before
     # an older batch is also already done; a newer one applies
-    assert items.merge(T1, changes([{"id": 1, "_op": "d"}]), ["id"], txn(0)).skipped
-    assert items.merge(T1, changes([{"id": 1, "_op": "d"}]), ["id"], txn(2)).deleted == 1
+    assert items.merge(T1, changes([{"id": 1, OP_COLUMN: "d"}]), ["id"], txn(0)).skipped
+    assert items.merge(T1, changes([{"id": 1, OP_COLUMN: "d"}]), ["id"], txn(2)).deleted == 1
     assert DeltaTable(items.table_path(*T1)).transaction_version(APP) == 2
 
 
@@ -228,9 +288,9 @@ def test_composite_key_with_a_null_part(sink: DeltaRsSink) -> None:
         T1,
         changes(
             [
-                {"a": 1, "b": None, "v": 1, "_op": "u"},
-                {"a": 1, "b": "x", "v": 2, "_op": "u"},
-                {"a": None, "b": None, "v": 3, "_op": "u"},
+                {"a": 1, "b": None, "v": 1, OP_COLUMN: "u"},
+                {"a": 1, "b": "x", "v": 2, OP_COLUMN: "u"},
+                {"a": None, "b": None, "v": 3, OP_COLUMN: "u"},
             ],
             schema,
         ),
@@ -241,9 +301,9 @@ def test_composite_key_with_a_null_part(sink: DeltaRsSink) -> None:
         T1,
         changes(
             [
-                {"a": 1, "b": None, "v": 10, "_op": "u"},  # matches (1, NULL) only, not (1, 'x')
-                {"a": None, "b": None, "_op": "d"},  # matches (NULL, NULL)
-                {"a": None, "b": "x", "v": 5, "_op": "u"},  # matches nothing: a new row
+                {"a": 1, "b": None, "v": 10, OP_COLUMN: "u"},  # matches (1, NULL) only, not (1, 'x')
+                {"a": None, "b": None, OP_COLUMN: "d"},  # matches (NULL, NULL)
+                {"a": None, "b": "x", "v": 5, OP_COLUMN: "u"},  # matches nothing: a new row
             ],
             schema,
         ),
@@ -257,7 +317,7 @@ def test_composite_key_with_a_null_part(sink: DeltaRsSink) -> None:
         {"a": 1, "b": None, "v": 10},
     ]
     # changes without NULL key parts (compared with plain `=`) still never match a NULL target part
-    stats = sink.merge(T1, changes([{"a": 1, "b": "x", "v": 20, "_op": "u"}], schema), ["a", "b"], txn(2))
+    stats = sink.merge(T1, changes([{"a": 1, "b": "x", "v": 20, OP_COLUMN: "u"}], schema), ["a", "b"], txn(2))
     assert (stats.inserted, stats.updated, stats.deleted) == (0, 1, 0)
     assert rows_of(sink, T1, "v") == [
         {"a": None, "b": "x", "v": 5},
@@ -278,17 +338,17 @@ def test_an_empty_text_partition_value_of_the_key_still_matches_after_compaction
     assert sink.partition_columns(T1) == ("region",)
     keys = ["region", "id"]
     for i in range(4):  # small files in the '' partition
-        sink.merge(T1, changes([{"region": "", "id": i, "v": f"v{i}", "_op": "u"}], schema), keys, txn(i))
-    sink.merge(T1, changes([{"region": "x", "id": 0, "v": "x0", "_op": "u"}], schema), keys, txn(4))
+        sink.merge(T1, changes([{"region": "", "id": i, "v": f"v{i}", OP_COLUMN: "u"}], schema), keys, txn(i))
+    sink.merge(T1, changes([{"region": "x", "id": 0, "v": "x0", OP_COLUMN: "u"}], schema), keys, txn(4))
     delta_rs_compaction(sink.table_path(*T1), sink.snapshot(T1), CompactionPolicy(min_files=2, target_file_size=1 << 20))
     assert {r["region"] for r in sink.read(T1).to_pylist()} == {None, "x"}  # '' is null once rewritten
-    stats = sink.merge(T1, changes([{"region": "", "id": 0, "v": "new", "_op": "u"},
-                                    {"region": "", "id": 1, "_op": "d"}], schema), keys, txn(5))
+    stats = sink.merge(T1, changes([{"region": "", "id": 0, "v": "new", OP_COLUMN: "u"},
+                                    {"region": "", "id": 1, OP_COLUMN: "d"}], schema), keys, txn(5))
     assert (stats.inserted, stats.updated, stats.deleted) == (0, 1, 1)
     assert sorted((r["region"] or "", r["id"], r["v"]) for r in sink.read(T1).to_pylist()) == [
         ("", 0, "new"), ("", 2, "v2"), ("", 3, "v3"), ("x", 0, "x0")]
     # before any rewrite ('' read back as ''), and a NULL in the changes, match alike
-    stats = sink.merge(T1, changes([{"region": None, "id": 2, "v": "n2", "_op": "u"}], schema), keys, txn(6))
+    stats = sink.merge(T1, changes([{"region": None, "id": 2, "v": "n2", OP_COLUMN: "u"}], schema), keys, txn(6))
     assert (stats.inserted, stats.updated) == (0, 1)
 
 
@@ -344,7 +404,7 @@ def test_empty_changes_commit_nothing(items: DeltaRsSink) -> None:
 @pytest.mark.parametrize(
     "batch,keys,error,match",
     [
-        (pa.table({"id": [1]}), ["id"], ValueError, "'_op' column"),
+        (pa.table({"id": [1]}), ["id"], ValueError, f"{re.escape(repr(OP_COLUMN))} column"),
         (pa.table({"id": [1], OP_COLUMN: ["x"]}), ["id"], ValueError, "must be 'u' or 'd'"),
         (pa.table({"id": [1], OP_COLUMN: [None]}), ["id"], ValueError, "must be 'u' or 'd'"),
         (pa.table({"id": [1, 1], OP_COLUMN: ["u", "d"]}), ["id"], ValueError, "more than one row"),
@@ -361,12 +421,12 @@ def test_merge_argument_checks(items: DeltaRsSink, batch: Any, keys: list[str], 
 @pytest.mark.parametrize("bad", [("", 1), (APP, -1), (APP, "1")])
 def test_txn_is_checked(items: DeltaRsSink, bad: tuple) -> None:
     with pytest.raises(ValueError, match="txn"):
-        items.merge(T1, changes([{"id": 1, "_op": "d"}]), ["id"], bad)  # type: ignore[arg-type]
+        items.merge(T1, changes([{"id": 1, OP_COLUMN: "d"}]), ["id"], bad)  # type: ignore[arg-type]
 
 
 def test_merge_into_a_missing_table_names_the_path(sink: DeltaRsSink) -> None:
     with pytest.raises(SinkError, match=r"no Delta table at .*/lake/shop/items"):
-        sink.merge(T1, changes([{"id": 1, "_op": "d"}]), ["id"], txn(1))
+        sink.merge(T1, changes([{"id": 1, OP_COLUMN: "d"}]), ["id"], txn(1))
 
 
 def test_table_facts_give_the_rows_and_each_files_key_statistics(sink: DeltaRsSink) -> None:
@@ -444,9 +504,10 @@ class RacingSink(DeltaRsSink):
 def test_a_lost_commit_race_is_retried(tmp_path: Path) -> None:
     sink = RacingSink(str(tmp_path), retry_backoff_s=0.001)
     sink.ensure_table(T1, SCHEMA, None, txn(0))
-    sink.merge(T1, changes([{"id": 1, "name": "a", "v": 1.0, "_op": "u"}]), ["id"], txn(0))
+    sink.merge(T1, changes([{"id": 1, "name": "a", "v": 1.0, OP_COLUMN: "u"}]), ["id"], txn(0))
     sink.races = 1
-    batch = changes([{"id": 1, "name": "b", "v": 2.0, "_op": "u"}, {"id": 3, "name": "c", "v": 3.0, "_op": "u"}])
+    batch = changes([{"id": 1, "name": "b", "v": 2.0, OP_COLUMN: "u"},
+                     {"id": 3, "name": "c", "v": 3.0, OP_COLUMN: "u"}])
     stats = sink.merge(T1, batch, ["id"], txn(1))
     assert (stats.updated, stats.inserted, sink.races) == (1, 1, 0)
     assert rows_of(sink, T1, "id") == [
@@ -459,12 +520,37 @@ def test_a_lost_commit_race_is_retried(tmp_path: Path) -> None:
 def test_losing_every_race_raises_concurrent_commit_error(tmp_path: Path) -> None:
     sink = RacingSink(str(tmp_path), max_retries=2, retry_backoff_s=0.001)
     sink.ensure_table(T1, SCHEMA, None, txn(0))
-    sink.merge(T1, changes([{"id": 1, "name": "a", "v": 1.0, "_op": "u"}]), ["id"], txn(0))
+    sink.merge(T1, changes([{"id": 1, "name": "a", "v": 1.0, OP_COLUMN: "u"}]), ["id"], txn(0))
     sink.races = 100
     with pytest.raises(ConcurrentCommitError, match=r"merge into .*shop/items: lost to concurrent commits 3 times"):
-        sink.merge(T1, changes([{"id": 1, "_op": "d"}, {"id": 3, "_op": "d"}]), ["id"], txn(1))
+        sink.merge(T1, changes([{"id": 1, OP_COLUMN: "d"}, {"id": 3, OP_COLUMN: "d"}]), ["id"], txn(1))
     assert sink.races == 97
     assert ConcurrentCommitError.retryable
+
+
+# --- a table's own constraints -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["bad", "bad: 503 Service Unavailable", "bad, connection reset by peer"])
+def test_a_check_constraint_refusing_a_row_is_terminal_whatever_the_row_says(items: DeltaRsSink, value: str) -> None:
+    """Regression: delta-rs's refusal quotes the row's values, and a value that reads like a storage outage made
+    it a StorageUnavailableError (exit 75: retried for ever)."""
+    DeltaTable(items.table_path(*T1)).alter.add_constraint({"name_ok": "name NOT LIKE 'bad%'"})
+    with pytest.raises(SinkError) as info:
+        items.merge(T1, changes([{"id": 9, "name": value, "v": 0.0, OP_COLUMN: "u"}]), ["id"], txn(1))
+    assert type(info.value) is SinkError and exit_code_for(info.value) == EXIT_TERMINAL
+    assert f"merge into {items.table_path(*T1)} failed: a table constraint (a user's CHECK constraint, NOT NULL " \
+           "column or generated column) refused a row" in str(info.value)
+    assert "1 rows failed validation check" in str(info.value)
+    assert not storage_unreachable(info.value.__cause__)  # type: ignore[arg-type]
+
+
+def test_a_not_null_column_refusing_a_row_is_terminal(sink: DeltaRsSink) -> None:
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("region", pa.string(), nullable=False)])
+    DeltaTable.create(sink.table_path(*T1), schema)
+    with pytest.raises(SinkError, match=r"items failed: a table constraint .* refused a row") as info:
+        sink.merge(T1, pa.table({"id": [1], OP_COLUMN: ["u"]}), ["id"], txn(1))
+    assert type(info.value) is SinkError
 
 
 # --- truncate / drop / append ------------------------------------------------------------------------
@@ -483,10 +569,10 @@ def test_overwrite_empty_truncates_once(items: DeltaRsSink) -> None:
 
 def test_truncate_then_rows_in_one_batch_use_steps(items: DeltaRsSink) -> None:
     items.overwrite_empty(T1, batch_txn(APP, 7, 0))
-    items.merge(T1, changes([{"id": 9, "name": "after", "v": 0.0, "_op": "u"}]), ["id"], batch_txn(APP, 7, 1))
+    items.merge(T1, changes([{"id": 9, "name": "after", "v": 0.0, OP_COLUMN: "u"}]), ["id"], batch_txn(APP, 7, 1))
     # the whole batch re-run: both steps are skipped
     assert items.overwrite_empty(T1, batch_txn(APP, 7, 0)) is False
-    assert items.merge(T1, changes([{"id": 9, "_op": "d"}]), ["id"], batch_txn(APP, 7, 1)).skipped
+    assert items.merge(T1, changes([{"id": 9, OP_COLUMN: "d"}]), ["id"], batch_txn(APP, 7, 1)).skipped
     assert rows_of(items, T1) == [{"id": 9, "name": "after", "v": 0.0}]
 
 
@@ -563,10 +649,11 @@ def test_merge_matches_bigint_unsigned_decimal_keys(tmp_path) -> None:
     sink.ensure_table(ident, pa.schema([("id", pa.decimal128(20, 0)), ("v", pa.string())]), [], Txn("a", 1))
     keys = [Decimal(18446744073709523741 + 7 * i) for i in range(50)]
     typ = pa.decimal128(20, 0)
-    sink.merge(ident, pa.table({"id": pa.array(keys, typ), "v": ["a"] * 50, "_op": ["u"] * 50}), ["id"], Txn("a", 2))
+    sink.merge(ident, pa.table({"id": pa.array(keys, typ), "v": ["a"] * 50, OP_COLUMN: ["u"] * 50}), ["id"],
+               Txn("a", 2))
     stats = sink.merge(
         ident,
-        pa.table({"id": pa.array(keys[:10], typ), "v": ["c"] * 10, "_op": ["u"] * 5 + ["d"] * 5}),
+        pa.table({"id": pa.array(keys[:10], typ), "v": ["c"] * 10, OP_COLUMN: ["u"] * 5 + ["d"] * 5}),
         ["id"],
         Txn("a", 3),
     )
@@ -626,7 +713,7 @@ def test_renaming_or_dropping_a_partition_column_keeps_the_table_partitioned_by_
     """A rewrite kept the old partition columns by name: one renamed or dropped by the DDL made delta-rs
     refuse the write ("Partition column(s) not found in write schema") and stopped the job."""
     sink.ensure_table(T1, SCHEMA, ["name"], txn(0))
-    sink.merge(T1, changes([{"id": i, "name": f"n{i % 2}", "v": float(i), "_op": "u"} for i in (1, 2, 3)]),
+    sink.merge(T1, changes([{"id": i, "name": f"n{i % 2}", "v": float(i), OP_COLUMN: "u"} for i in (1, 2, 3)]),
                ["id"], txn(1))
     assert sink.rename_column(T1, "name", "label", txn(2))
     assert DeltaTable(sink.table_path(*T1)).metadata().partition_columns == ["label"]

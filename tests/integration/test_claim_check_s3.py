@@ -178,7 +178,7 @@ def test_rename_table_on_s3_finishes_a_move_stopped_between_copy_and_drop(
     was already at the new name without that mark is still refused."""
     import pyarrow as pa
 
-    from ticdc_delta.delta.sink import DeltaRsSink, TableIdent, Txn
+    from ticdc_delta.delta.sink import OP_COLUMN, DeltaRsSink, TableIdent, Txn
     from ticdc_delta.errors import SinkError
 
     sink = DeltaRsSink(f"s3://{BUCKET}/lake", storage_options=_storage(s3_process))
@@ -186,7 +186,7 @@ def test_rename_table_on_s3_finishes_a_move_stopped_between_copy_and_drop(
     a, b, c = TableIdent("db", "a"), TableIdent("db", "b"), TableIdent("db", "c")
     for ident in (a, c):
         sink.ensure_table(ident, rows.schema, [], Txn("it", 0))
-        sink.merge(ident, rows.append_column("_op", pa.array(["u"] * 3)), ["id"], Txn("it", 1))
+        sink.merge(ident, rows.append_column(OP_COLUMN, pa.array(["u"] * 3)), ["id"], Txn("it", 1))
 
     real_drop = DeltaRsSink.drop
     monkeypatch.setattr(DeltaRsSink, "drop", lambda self, ident: (_ for _ in ()).throw(OSError("stopped")))

@@ -54,9 +54,9 @@ def _spark_merge(spark: Any, path: str, batch: int) -> int:
     spark.conf.set(TXN_VERSION_CONF, str(txn.version))
     try:
         (SparkTable.forPath(spark, path).alias("t").merge(source.alias("s"), "t.id <=> s.id")
-         .whenMatchedDelete("s._op = 'd'")
-         .whenMatchedUpdate("s._op = 'u'", {"v": "s.v"})
-         .whenNotMatchedInsert("s._op = 'u'", {"id": "s.id", "v": "s.v"})
+         .whenMatchedDelete(f"s.`{OP_COLUMN}` = 'd'")
+         .whenMatchedUpdate(f"s.`{OP_COLUMN}` = 'u'", {"v": "s.v"})
+         .whenNotMatchedInsert(f"s.`{OP_COLUMN}` = 'u'", {"id": "s.id", "v": "s.v"})
          .execute())
     finally:
         spark.conf.unset(TXN_APP_ID_CONF)

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from ticdc_delta.config import config_from_mapping
+from ticdc_delta.delta.sink import OP_COLUMN
 from ticdc_delta.errors import ConcurrentCommitError, TransientError
 from ticdc_delta.spark.engine import SparkEngine, is_conflict, staging_path
 
@@ -75,7 +76,8 @@ def test_the_merge_source_conversion_picks_columns_by_name_whatever_the_image_la
 
     long_, text, date_ = 8, 15, 10  # MySQL type codes: BIGINT, VARCHAR, DATE
     fields = [("id", "id", long_, 10, None), ("note", "note", text, 0, None), ("day", "day", date_, 0, None)]
-    schema = pa.schema([pa.field(n, arrow_type_for(t, f, p)) for _, n, t, f, p in fields] + [pa.field("_op", pa.string())])
+    schema = pa.schema([pa.field(n, arrow_type_for(t, f, p)) for _, n, t, f, p in fields]
+                       + [pa.field(OP_COLUMN, pa.string())])
     changes = [
         (UPSERT, (("id", long_, 10, 1), ("note", text, 0, "a"), ("day", date_, 0, "2024-01-02")), 5, "insert"),
         (UPSERT, (("day", date_, 0, "2024-02-03"), ("id", long_, 10, 2), ("note", text, 0, None)), 6, "update"),
@@ -89,10 +91,10 @@ def test_the_merge_source_conversion_picks_columns_by_name_whatever_the_image_la
     def expected(change: tuple) -> dict:
         image = {c[0]: c[3] for c in change[1]}
         row = {n: None if image.get(n) is None else converter_for(t, f, p)(image[n]) for _, n, t, f, p in fields}
-        return {**row, "_op": "d" if change[0] == DELETE else "u"}
+        return {**row, OP_COLUMN: "d" if change[0] == DELETE else "u"}
 
     assert got == [expected(c) for c in changes]
-    assert got[2] == {"id": 3, "note": None, "day": None, "_op": "d"}
+    assert got[2] == {"id": 3, "note": None, "day": None, OP_COLUMN: "d"}
     assert got[1]["day"].isoformat() == "2024-02-03"
 
 

@@ -396,3 +396,30 @@ def test_images_that_spell_a_column_in_two_cases_are_one_column(engine: str, sin
     table = read_table(cfg.table_path("test", "orders"))
     assert table.schema.names == ["id", "v"]
     assert sorted((r["id"], r["v"]) for r in table.to_pylist()) == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+
+
+@pytest.mark.parametrize("engine", ["spark", "delta-rs"])
+def test_a_row_a_check_constraint_refuses_stops_the_job_naming_the_table(engine: str, spark: Any,
+                                                                         tmp_path: Path) -> None:
+    """A user's CHECK constraint on a target table refuses a row whose value reads like a storage outage.
+    Regression: the refusal quotes the row's values, so it was taken for an outage (exit 75, retried for
+    ever); it is terminal, and names the table."""
+    from ticdc_delta.cli import EXIT_TERMINAL, exit_code_for
+    from ticdc_delta.errors import SinkError
+
+    base = json.loads(json.dumps(_cfg(tmp_path).model_dump(mode="json", exclude_none=True)))
+    cfg = config_from_mapping({**base, "sink": {**base["sink"], "engine": engine}})
+    ts = TsoClock.START_MS << 18
+
+    def batch(offset: int, code: str) -> Any:
+        return spark.createDataFrame([
+            ("cdc", 0, offset, None, _canal_insert(ts + 2 * offset + 1, offset, code)),
+            ("cdc", 0, offset + 1, None, _canal_watermark(ts + 2 * offset + 2)),
+            ("cdc", 1, offset, None, _canal_watermark(ts + 2 * offset + 2))], KAFKA_SCHEMA)
+
+    _handler(cfg)(batch(0, "ok"), 0)
+    spark.sql(f"ALTER TABLE delta.`{cfg.table_path('test', 'orders')}` ADD CONSTRAINT code_ok CHECK (code = 'ok')")
+    with pytest.raises(SinkError, match=r"merge into .*test.*orders.* a table constraint \(a user's CHECK constraint, "
+                                        r"NOT NULL column or generated column\) refused a row") as refused:
+        _handler(cfg)(batch(2, "503 Service Unavailable"), 1)
+    assert exit_code_for(refused.value) == EXIT_TERMINAL

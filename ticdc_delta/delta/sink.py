@@ -84,9 +84,12 @@ __all__ = [
     "quote_identifier",
     "path_component",
     "read_table",
+    "snapshot_rows",
     "run_commit",
     "storage_unreachable",
     "storage_error",
+    "constraint_violated",
+    "constraint_error",
     "check_txn",
     "check_new_table",
     "check_new_fields",
@@ -100,16 +103,19 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-OP_COLUMN = "_op"
+OP_COLUMN = "_ticdc_delta_merge_op__longer_than_any_tidb_identifier_so_no_column_has_it"
 """Column of a ``merge`` change table saying what to do with the key: :data:`OP_UPSERT` or
-:data:`OP_DELETE`. Reserved: a target table cannot have a column of this name."""
+:data:`OP_DELETE`. It exists only in the MERGE's source, never in a Delta table. Its name is longer than
+the 64 characters TiDB allows an identifier, so no upstream column can have it; a table still cannot have
+a column of this name, which only a configured metadata column (``sink.metadata_columns``) could take."""
 OP_UPSERT = "u"
 OP_DELETE = "d"
 
 SCHEMA_TXN_SUFFIX = "/schema"
 """Appended to the app id of the transaction recorded by schema commits (see the module docstring)."""
 
-_RESERVED = f"{OP_COLUMN!r} is reserved for merge operations and cannot be a table column"
+_RESERVED = (f"{OP_COLUMN!r} is reserved for merge operations and cannot be a table column "
+             "(choose another name for sink.metadata_columns)")
 
 STEPS_PER_BATCH = 1024
 """Data commits one micro-batch may make to one table, with :func:`batch_txn`."""
@@ -254,7 +260,7 @@ class TableSink(Protocol):
     def merge(
         self, ident: TableIdent, changes: pa.Table, key_columns: Sequence[str], txn: Txn
     ) -> MergeStats:
-        """Apply one change per key: ``_op`` ``'u'`` upserts the row, ``'d'`` deletes it.
+        """Apply one change per key: :data:`OP_COLUMN` ``'u'`` upserts the row, ``'d'`` deletes it.
 
         Raises:
             SinkError: the table is missing or the changes do not fit it.
@@ -433,23 +439,62 @@ _REFUSED = re.compile(
 )
 
 
+# What a Delta writer says when a row breaks a rule of the table itself: a CHECK constraint, a NOT NULL
+# column or a generated column's expression, which a user may have added to a table the job writes. delta-rs
+# 1.6.6: "Invalid data found: N rows failed validation check. Preview of invalid data: <the rows>" (or
+# "Invalid data found: validation check failed with value <v>"); Delta Lake 4: DeltaInvariantViolationException,
+# "[DELTA_VIOLATE_CONSTRAINT_WITH_VALUES] CHECK constraint c (<expr>) violated by row with values: - v : <v>",
+# "[DELTA_NOT_NULL_CONSTRAINT_VIOLATED] NOT NULL constraint violated for column: v". Both quote the row's
+# values, so nothing after these words is searched for what a storage outage says.
+_CONSTRAINT_VIOLATED = re.compile(
+    r"Invalid data found: (?:\d+ rows failed validation check|validation check failed)"
+    r"|InvariantViolationException|\[DELTA_VIOLATE_CONSTRAINT_WITH_VALUES\]|\[DELTA_NOT_NULL_CONSTRAINT_VIOLATED\]"
+    r"|violated by row with values"
+)
+_QUOTED_LIMIT = 400
+"""How many characters of a refusal that quotes a row's values a constraint error keeps."""
+
+
+def constraint_violated(exc: BaseException) -> bool:
+    """Whether ``exc`` (from delta-rs, or from Delta Lake through Spark) says a row broke a constraint of the
+    table: a CHECK constraint, a NOT NULL column or a generated column."""
+    return bool(_CONSTRAINT_VIOLATED.search(one_line(exc)))
+
+
+def constraint_error(doing: str, exc: BaseException) -> SinkError:
+    """The terminal error for ``exc``, a table constraint refusing a row while ``doing`` (``"merge into
+    s3://... failed"``): retrying writes the same row again, so an operator has to drop or change the
+    constraint (or the table). Its message keeps the start of what the writer said (the constraint and the
+    row's values), at most :data:`_QUOTED_LIMIT` characters."""
+    text = one_line(exc)
+    if len(text) > _QUOTED_LIMIT:
+        text = f"{text[:_QUOTED_LIMIT]}… ({len(text)} characters)"
+    return SinkError(
+        f"{doing}: a table constraint (a user's CHECK constraint, NOT NULL column or generated column) refused a "
+        f"row; drop or change the constraint, then run the job again: {text}")
+
+
 def storage_unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` (from delta-rs, pyarrow or the OS) says the storage could not be reached or was
     overloaded (connection refused/reset, timeout, DNS failure, HTTP 5xx or 429): worth retrying later. An
-    access, not-found or invalid-request failure is not, even when the text also mentions a retry."""
+    access, not-found or invalid-request failure is not, even when the text also mentions a retry; nor is a
+    table constraint refusing a row (:func:`constraint_violated`), whose text quotes the row's values."""
     if isinstance(exc, (PermissionError, FileNotFoundError, NotADirectoryError, IsADirectoryError)):
         return False
     text = one_line(exc)
-    if _REFUSED.search(text):
+    if _REFUSED.search(text) or _CONSTRAINT_VIOLATED.search(text):
         return False
     return isinstance(exc, (ConnectionError, TimeoutError, socket.gaierror)) or bool(_UNREACHABLE.search(text))
 
 
 def storage_error(doing: str, exc: BaseException) -> SinkError | StorageUnavailableError:
     """The error to raise for ``exc``, a delta-rs, pyarrow or OS failure while ``doing`` (``"cannot read
-    Delta table s3://..."``): :class:`~ticdc_delta.errors.StorageUnavailableError` (retryable: exit 75) when
-    the storage could not be reached (:func:`storage_unreachable`), else :class:`~ticdc_delta.errors.SinkError`
-    (terminal); its message is ``doing`` and ``exc`` in one line (:func:`one_line`)."""
+    Delta table s3://..."``): for a table constraint refusing a row, :func:`constraint_error` (terminal);
+    :class:`~ticdc_delta.errors.StorageUnavailableError` (retryable: exit 75) when the storage could not be
+    reached (:func:`storage_unreachable`); else :class:`~ticdc_delta.errors.SinkError` (terminal). The
+    message is ``doing`` and ``exc`` in one line (:func:`one_line`)."""
+    if constraint_violated(exc):
+        return constraint_error(doing, exc)
     message = f"{doing}: {one_line(exc)}"
     if storage_unreachable(exc):
         return StorageUnavailableError(f"{message} (the storage is unreachable or overloaded; retry later)")
@@ -469,12 +514,22 @@ def read_table(
         StorageUnavailableError: the storage could not be reached (retryable).
     """
     try:
-        dt = DeltaTable(path, storage_options=dict(storage_options) if storage_options else None)
-        table = pa.table(dt.scan(columns=list(columns) if columns is not None else None))
+        return snapshot_rows(DeltaTable(path, storage_options=dict(storage_options) if storage_options else None),
+                             columns)
     except TableNotFoundError as exc:
         raise SinkError(f"no Delta table at {path}") from exc
     except (DeltaError, pa.ArrowException, OSError) as exc:
         raise storage_error(f"cannot read Delta table {path}", exc) from exc
+
+
+def snapshot_rows(dt: DeltaTable, columns: Sequence[str] | None = None) -> pa.Table:
+    """The rows of the loaded snapshot ``dt`` — its version, whatever was committed since — with plain
+    (non-view) Arrow types, read as :func:`read_table` reads them. Row order is not defined.
+
+    Raises:
+        deltalake.exceptions.DeltaError, OSError, pyarrow.ArrowException: from delta-rs.
+    """
+    table = pa.table(dt.scan(columns=list(columns) if columns is not None else None))
     target = pa.schema([f.with_type(_plain_type(f.type)) for f in table.schema])
     return table if target == table.schema else table.cast(target)
 
@@ -570,10 +625,18 @@ def check_new_fields(fields: Iterable[pa.Field]) -> list[pa.Field]:
     return wanted
 
 
-def commit_properties(app_id: str, version: int) -> CommitProperties:
-    """Commit properties recording the app transaction ``(app_id, version)``."""
+def commit_properties(app_id: str, version: int, *, rebase: bool = True) -> CommitProperties:
+    """Commit properties recording the app transaction ``(app_id, version)``.
+
+    ``rebase=False`` is for overwrites: the commit lands right after the snapshot it was built from or fails
+    with ``CommitFailedError``, for :func:`run_commit` to redo the work from a fresh snapshot. delta-rs 1.6.6
+    otherwise commits an overwrite on top of another writer's commit made since its snapshot was loaded (its
+    conflict check lets a compaction or an append through), and that commit's files stay next to the
+    overwrite's: a user's OPTIMIZE during a rewrite left every row twice, during a TRUNCATE every row. A
+    MERGE keeps delta-rs's retries: its conflict check refuses a commit that changed the files it read."""
     return CommitProperties(
         app_transactions=[Transaction(app_id, version, int(time.time() * 1000))],
+        max_commit_retries=None if rebase else 0,
     )
 
 
@@ -1036,7 +1099,7 @@ class DeltaRsSink:
     def merge(
         self, ident: TableIdent, changes: pa.Table, key_columns: Sequence[str], txn: Txn
     ) -> MergeStats:
-        """Apply ``changes`` (the target columns plus ``_op``) keyed by ``key_columns``.
+        """Apply ``changes`` (the target columns plus :data:`OP_COLUMN`) keyed by ``key_columns``.
 
         At most one row per key (the caller has collapsed each key to its final change). Matched and
         ``'d'`` → delete; matched and ``'u'`` → update every column given; not matched and ``'u'`` →
@@ -1044,8 +1107,8 @@ class DeltaRsSink:
         (``<=>``: a NULL key part matches a NULL key part), so unique keys with nullable parts work.
 
         Raises:
-            TypeError/ValueError: ``changes`` is not a table, lacks ``_op`` or a key column, has an
-                ``_op`` other than ``'u'``/``'d'``, or has two rows for one key; bad ``txn``.
+            TypeError/ValueError: ``changes`` is not a table, lacks :data:`OP_COLUMN` or a key column, has
+                an op other than ``'u'``/``'d'``, or has two rows for one key; bad ``txn``.
             SinkError: the table is missing, or a column is not in it / does not fit it.
             ConcurrentCommitError: other writers kept winning.
         """
@@ -1172,7 +1235,7 @@ class DeltaRsSink:
             SinkError: the table is missing.
             ConcurrentCommitError: other writers kept winning.
         """
-        return self._overwrite(ident, lambda dt, path: table_arrow_schema(dt).empty_table(), txn, "truncate")
+        return self._overwrite(ident, lambda dt: table_arrow_schema(dt).empty_table(), txn, "truncate")
 
     def rewrite(self, ident: TableIdent, transform: Callable[[pa.Table], pa.Table], txn: Txn,
                 renames: Mapping[str, str] | None = None) -> bool:
@@ -1189,10 +1252,7 @@ class DeltaRsSink:
             SinkError: the table is missing, or the transform's output cannot be written.
             ConcurrentCommitError: other writers kept winning.
         """
-        def rows(dt: DeltaTable, path: str) -> pa.Table:
-            return transform(read_table(path, storage_options=self._storage_options))
-
-        return self._overwrite(ident, rows, txn, "rewrite", renames)
+        return self._overwrite(ident, lambda dt: transform(snapshot_rows(dt)), txn, "rewrite", renames)
 
     def drop_column(self, ident: TableIdent, name: str, txn: Txn) -> bool:
         """DROP COLUMN ``name`` (the table's spelling): a :meth:`rewrite` without it (delta-rs writes no
@@ -1252,10 +1312,15 @@ class DeltaRsSink:
             raise storage_error(f"cannot read the Delta log of {path}", exc) from exc
 
     def _overwrite(
-        self, ident: TableIdent, rows: Callable[[DeltaTable, str], pa.Table], txn: Txn, action: str,
+        self, ident: TableIdent, rows: Callable[[DeltaTable], pa.Table], txn: Txn, action: str,
         renames: Mapping[str, str] | None = None,
     ) -> bool:
-        """One overwrite commit (rows and schema) carrying ``txn``, unless it is already committed."""
+        """One overwrite commit (rows and schema) carrying ``txn``, unless it is already committed.
+
+        ``rows`` makes the new rows from the snapshot the commit replaces, and nothing else: the commit is
+        made on that snapshot or not at all (:func:`commit_properties` with ``rebase=False``), so rows
+        another writer commits meanwhile (an append, a compaction's rewritten files) are neither lost nor
+        kept twice; the attempt is redone from a fresh snapshot instead."""
         txn = check_txn(txn)
         path = self._path(ident)
 
@@ -1263,7 +1328,7 @@ class DeltaRsSink:
             dt = self._require(path)
             if already_applied(dt, txn):
                 return False
-            new = rows(dt, path)
+            new = rows(dt)
             named = [(renames or {}).get(c, c) for c in dt.metadata().partition_columns]
             # (a list, empty too: None would keep the old partitioning, whose columns may be gone)
             parts = [c for c in named if c in new.column_names]
@@ -1274,7 +1339,7 @@ class DeltaRsSink:
                 schema_mode="overwrite",
                 partition_by=parts,
                 writer_properties=self._writer_properties,
-                commit_properties=commit_properties(*txn),
+                commit_properties=commit_properties(*txn, rebase=False),
             )
             return True
 

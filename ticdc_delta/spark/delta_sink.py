@@ -378,7 +378,8 @@ class SparkDeltaSink:
         table ``properties``) if it is missing; ``True`` when this call created it.
 
         Raises:
-            TypeError/ValueError: not a schema, a partition column not in it, the reserved ``_op`` column.
+            TypeError/ValueError: not a schema, a partition column not in it, the reserved
+                :data:`~ticdc_delta.delta.sink.OP_COLUMN`.
             SinkError: the table cannot be created.
             ConcurrentCommitError: other writers kept winning.
         """

@@ -69,7 +69,8 @@ from ..core.table_rules import TableRules, plan_coordination
 from ..delta.applier import ApplyResult, DeltaApplier
 from ..delta.arrow_types import arrow_type_for, converter_for, integer_value
 from ..delta.ddl_replay import ddl_tables
-from ..delta.sink import OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, Txn, rows_outside
+from ..delta.sink import (OP_COLUMN, OP_DELETE, OP_UPSERT, TableIdent, Txn, constraint_error, constraint_violated,
+                          rows_outside)
 from ..delta.state_store import PipelineState
 from ..delta.value_check import ValueScreen
 from ..errors import ConcurrentCommitError, DecodeError, TerminalError
@@ -321,8 +322,9 @@ def _picker(names: tuple[str, ...], wanted: list[str]) -> Callable[[tuple], tupl
 
 def _typed_fn(fields: list[tuple[str, str, int, int, Any]], meta: tuple[str, str] | None, upserts: bool,
               tz: str, arrow_schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Final changes (pickled) → the target table's typed columns plus ``_op`` (the ``delta-rs`` applier's
-    conversion: :func:`~ticdc_delta.delta.arrow_types.converter_for` per column)."""
+    """Final changes (pickled) → the target table's typed columns plus
+    :data:`~ticdc_delta.delta.sink.OP_COLUMN` (the ``delta-rs`` applier's conversion:
+    :func:`~ticdc_delta.delta.arrow_types.converter_for` per column)."""
 
     def convert(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         converters = [(name, converter_for(t, f, params, tz), arrow_type_for(t, f, params))
@@ -772,12 +774,15 @@ class SparkEngine:
 
         Raises:
             ConcurrentCommitError: other writers kept winning (exit 75: retry the job).
+            SinkError: a constraint of the table refused a row (:func:`~ticdc_delta.delta.sink.constraint_error`).
         """
         tries = self.cfg.sink.conflict_retries
         for n in range(tries + 1):
             try:
                 return attempt()
             except Exception as exc:  # noqa: BLE001 - only conflicts are retried, the rest re-raised
+                if constraint_violated(exc):  # a row the table's own CHECK / NOT NULL refuses: named here
+                    raise constraint_error(f"{what} failed", exc) from exc
                 if not is_conflict(exc):
                     raise
                 if n == tries:

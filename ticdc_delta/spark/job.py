@@ -76,14 +76,22 @@ def _unwrap(exc: BaseException, handler: BatchHandler) -> BaseException:
     and dead-letter tables, and the Spark checkpoint of either engine) that says the storage could not be
     reached or was overloaded — S3 throttling (503 SlowDown), a connection refused, a socket timeout, an
     HDFS NameNode away — is :class:`~ticdc_delta.errors.StorageUnavailableError` (exit 75), as the same
-    failure through delta-rs is; it ended the job as terminal (exit 1)."""
-    from ..delta.sink import storage_unreachable
+    failure through delta-rs is; it ended the job as terminal (exit 1).
+
+    A table constraint refusing a row (a user's CHECK constraint, NOT NULL column or generated column: Delta
+    Lake's ``DeltaInvariantViolationException``) is a :class:`~ticdc_delta.errors.SinkError` (exit 1), told
+    before anything else: its text quotes the row's values, which may say anything ("503 Service
+    Unavailable" made it a storage outage, retried for ever)."""
+    from ..delta.sink import constraint_error, constraint_violated, storage_unreachable
     from ..errors import StorageUnavailableError, TicdcDeltaError
     from .checkpoint import concurrent_job_error
     from .kafka_source import unwrap_source_error
 
     if isinstance(handler.error, TicdcDeltaError):
         return handler.error
+    for candidate in (handler.error, exc):
+        if candidate is not None and constraint_violated(candidate):
+            return constraint_error("a write to a Delta table failed", candidate)
     for candidate in (handler.error, exc):
         if candidate is None:
             continue
