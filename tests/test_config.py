@@ -472,6 +472,8 @@ ERROR_CASES = [
         {"tables": [{"source": "a.b", "path": "/data/t"}, {"source": "a.c", "path": "/data/t/inner"}]},
         r"tables\[1\]\.path: lies inside or holds tables\[0\]\.path \(/data/t\)",
     ),
+    ({"sink.engine": "delta-rs", "sink.table_properties": {"delta.enableRowTracking": "true"}},
+     r'sink\.table_properties\["delta\.enableRowTracking"\]: engine delta-rs cannot create a table with this property'),
     # every table without a path of its own would land inside it
     ({"tables": [{"source": "a.*", "path": "/tmp/lake"}], "dead_letter.path": "/tmp/dl"},
      r"tables\[0\]\.path: is or holds sink\.path \(/tmp/lake\)"),

@@ -869,12 +869,22 @@ class SinkConfig(_Model):
         return value
 
 
+# Delta properties delta-rs 1.6.6 cannot parse ("Error parsing property"): a table made with one fails at
+# its creation, so the delta-rs engine refuses them when the file is loaded
+_DELTA_RS_UNWRITABLE = frozenset(name.lower() for name in (
+    "delta.enableRowTracking", "delta.enableInCommitTimestamps", "delta.enableIcebergCompatV2",
+    "delta.universalFormat.enabledFormats", "delta.compatibility.symlinkFormatManifest.enabled"))
+
+
 def _check_engine_properties(value: Mapping[str, str], engine: str, where: tuple[Any, ...]) -> None:
     if engine == "delta-rs":
         for key in value:
             if not key.startswith("delta."):
                 raise _PathError((*where, key), "engine delta-rs creates tables with Delta's own properties "
                                                 "(delta.*) only: delta-rs refuses any other")
+            if key.lower() in _DELTA_RS_UNWRITABLE:
+                raise _PathError((*where, key), "engine delta-rs cannot create a table with this property "
+                                                "(delta-rs does not know it): use engine spark, or leave it out")
 
 
 def _pattern_regex(part: str) -> re.Pattern[str]:
