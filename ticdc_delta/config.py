@@ -916,9 +916,9 @@ class TableMapping(_Model):
             )
         # spellings that match nothing TiDB can name, so that an entry (enabled: false, a path) would do nothing
         for part in (schema, table):
-            if part != part.strip():
-                raise ValueError(f"{part!r} has spaces around it: names are matched as written, and TiDB's do "
-                                 "not end with a space")
+            if part != part.rstrip():
+                raise ValueError(f"{part!r} ends with a space: names are matched as written, and TiDB's do "
+                                 "not end with one")
             if len(part) > 1 and part[0] == part[-1] and part[0] in "`\"'":
                 raise ValueError(f"{part!r} is quoted: write the names without quotes (schema.table)")
         return value

@@ -142,9 +142,10 @@ def plan_reset(
              "released_low") if keep_position else ()
     new_meta = {k: v for k, v in meta.items() if k in kept}
     if not keep_position and isinstance(new_meta.get("tables"), dict):
-        # the stream is read again: a table deleted to be built again from it is made anew, not refused
-        new_meta["tables"] = {name: {k: v for k, v in entry.items() if k != "location"} if isinstance(entry, dict)
-                              else entry for name, entry in new_meta["tables"].items()}
+        # the stream is read again: a table deleted to be built again from it is made anew, not refused; where
+        # its rows went stays known as an earlier location (the tables that share one still do: their DDL that
+        # would change the others' rows are refused again)
+        new_meta["tables"] = {name: _forget_location(entry) for name, entry in new_meta["tables"].items()}
     if not keep_position and start != "latest" and new_meta.get("applied_ddl"):
         # read again, a DDL that removes rows must remove them again, after the rows before it came back
         # (--from latest reads nothing again: a copy of an applied DDL still to come, on a partition TiCDC
@@ -216,6 +217,15 @@ def _broker_partitions(cfg: JobConfig) -> Callable[[str], list[int]]:
         return kafka_partitions(cfg, topic)
 
     return partitions_of
+
+
+def _forget_location(entry: Any) -> Any:
+    """A state ``tables`` entry without its ``location``, kept as its ``earlier_location``."""
+    if not isinstance(entry, dict) or "location" not in entry:
+        return entry
+    kept = {k: v for k, v in entry.items() if k != "location"}
+    kept["earlier_location"] = entry["location"]
+    return kept
 
 
 def _offsets_after_state(

@@ -195,3 +195,12 @@ def test_a_batch_that_could_need_more_steps_than_it_has_is_refused_before_its_fi
     creates = [DDLRecord(i, "cdc", 0, i, 0, "db", f"t{i}", f"CREATE TABLE t{i} (id INT PRIMARY KEY)", None)
                for i in range(400)]
     applier.check_steps(4, [[TableIdent("db", f"t{i}")] for i in range(401)], creates)
+    # what commits nothing is not counted: a disabled table's rows and DDL, DDL its policy ignores
+    from ticdc_delta.delta.applier import TableOptions
+
+    segments = [[T] for _ in range(401)]
+    truncates = [s for s in steps if isinstance(s, DDLRecord)]
+    DeltaApplier(sink, "cf", ddl_handler=DDLReplayer(SimpleNamespace(truncate_table="evolve")),
+                 table_options=lambda s, t: TableOptions(enabled=False)).check_steps(5, segments, truncates)
+    DeltaApplier(sink, "cf", ddl_handler=DDLReplayer(SimpleNamespace(truncate_table="ignore"))).check_steps(
+        5, segments[:400], truncates)

@@ -125,3 +125,52 @@ def test_a_rename_between_an_enabled_and_a_disabled_name_is_refused(tmp_path: Pa
     ignoring.ddl(query, "shop", "orders")
     ignoring.rows("shop", "orders", 4)
     assert ignoring.ids("shop", "orders") == [1, 2, 3, 4]
+
+
+def test_a_shard_of_a_schema_whose_name_holds_a_dot_is_not_taken_for_the_dropped_schemas(tmp_path: Path) -> None:
+    """DROP DATABASE ``db``: the tables it drops share their location harmlessly among themselves, but not
+    with ``db.x``.``t`` — whose name begins like one of ``db``'s and which a prefix test took for one."""
+    merged = str(tmp_path / "merged")
+    job = Job(DeltaRsSink(str(tmp_path / "lake"), paths={("db", "t"): merged, ("db.x", "t"): merged}))
+    job.rows("db", "t", 1)
+    job.rows("db.x", "t", 2)
+    with pytest.raises(DDLPolicyError, match=r"drop_database DDL .* also holds the rows of db\.x\.t"):
+        job.ddl("DROP DATABASE db", "db")
+    assert job.ids("db", "t") == [1, 2]
+
+
+def test_drop_database_drops_a_table_a_ddl_created_elsewhere_before_its_first_row(tmp_path: Path) -> None:
+    """A table a CREATE TABLE made at a location outside the schema's directory, with no rows yet: DROP
+    DATABASE left it, and the table made again under its name kept the old one's columns."""
+    job = Job(DeltaRsSink(str(tmp_path / "lake"), paths={("shop", "audit_1"): str(tmp_path / "audit")}))
+    job.ddl("CREATE TABLE audit_1 (id BIGINT PRIMARY KEY, legacy INT)", "shop", "audit_1")
+    job.ddl("DROP DATABASE shop", "shop")
+    assert job.sink.table_schema(TableIdent("shop", "audit_1")) is None
+
+
+def test_tables_sharing_a_location_stay_known_across_a_reset_that_reads_the_stream_again(tmp_path: Path) -> None:
+    """``reset --from earliest`` (or latest, or offsets) forgets where each table's rows went, so that a table
+    deleted to be built again is made anew; it kept nothing else, so the first batches after it replayed one
+    shard's TRUNCATE onto every shard's rows. The earlier locations still say which tables share one."""
+    from ticdc_delta.config import config_from_mapping
+    from ticdc_delta.reset import plan_reset
+    from ticdc_delta.spark.batch_handler import written_locations
+
+    merged = str(tmp_path / "merged")
+    meta = {"tables": {"db_1.t": {"rows_applied": 2, "location": merged},
+                       "db_2.t": {"rows_applied": 1, "location": merged}}}
+    cfg = config_from_mapping({
+        "changefeed": "cf", "checkpoint": str(tmp_path / "ckpt"), "sink": {"path": str(tmp_path / "lake")},
+        "source": {"bootstrap_servers": "127.0.0.1:9", "topic": "cdc", "protocol": "canal-json"}})
+    from ticdc_delta.delta.state_store import PipelineState, StateStore
+
+    StateStore(str(tmp_path / "ckpt" / "state"), "cf").save(3, PipelineState(3, meta=meta))
+    after = plan_reset(cfg, "latest").state.meta
+    assert written_locations(after) == {}
+    sink = DeltaRsSink(str(tmp_path / "lake"), paths={("db_1", "t"): merged, ("db_2", "t"): merged})
+    job = Job(sink)
+    job.applier = DeltaApplier(sink, "cf", known=written_locations(after, earlier=True),
+                               ddl_handler=DDLReplayer(SimpleNamespace(**EVOLVE)))
+    job.rows("db_1", "t", 1)
+    with pytest.raises(DDLPolicyError, match=r"truncate_table DDL .* also holds the rows of db_2\.t"):
+        job.ddl("TRUNCATE TABLE t", "db_1", "t")

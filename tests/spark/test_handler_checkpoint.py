@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from ticdc_delta.config import config_from_mapping
@@ -423,3 +424,39 @@ def test_a_row_a_check_constraint_refuses_stops_the_job_naming_the_table(engine:
                                         r"NOT NULL column or generated column\) refused a row") as refused:
         _handler(cfg)(batch(2, "503 Service Unavailable"), 1)
     assert exit_code_for(refused.value) == EXIT_TERMINAL
+
+
+def _canal_typed(table: str, commit_ts: int, row_id: int, v_type: str, v: str) -> bytes:
+    return json.dumps({
+        "id": 0, "database": "test", "table": table, "pkNames": ["id"], "isDdl": False, "type": "INSERT",
+        "es": 1, "ts": 1, "sql": "", "sqlType": {"id": -5, "v": 3 if v_type.startswith("decimal") else -5},
+        "mysqlType": {"id": "bigint", "v": v_type}, "data": [{"id": str(row_id), "v": v}], "old": None,
+        "_tidb": {"commitTs": commit_ts},
+    }).encode()
+
+
+@pytest.mark.parametrize("engine", ["spark", "delta-rs"])
+def test_a_shards_schema_commit_does_not_take_the_step_of_another_shards_merge(engine: str, spark: Any,
+                                                                               tmp_path: Path) -> None:
+    """Shards in one location, a batch where the later shard's images widen a column of the shared table
+    (schema drift: its schema work commits). The spark engine runs every table's schema work before the
+    MERGEs; were the MERGEs' steps numbered as each table was prepared, the later shard's schema commit
+    would take a step past the earlier shard's MERGE, which Delta would then skip as committed."""
+    base = json.loads(json.dumps(_cfg(tmp_path).model_dump(mode="json", exclude_none=True)))
+    shared = str(tmp_path / "merged")
+    cfg = config_from_mapping({**base, "sink": {**base["sink"], "engine": engine},
+                               "tables": [{"source": "test.shard_*", "path": shared}]})
+    ts = TsoClock.START_MS << 18
+
+    def batch(offset: int, *rows: tuple[str, int, str, str]) -> Any:
+        changes = [("cdc", 0, offset + i, None, _canal_typed(table, ts + offset + i + 1, row_id, v_type, v))
+                   for i, (table, row_id, v_type, v) in enumerate(rows)]
+        end = ts + offset + len(rows) + 1
+        return spark.createDataFrame([*changes, ("cdc", 0, offset + len(rows), None, _canal_watermark(end)),
+                                      ("cdc", 1, offset, None, _canal_watermark(end))], KAFKA_SCHEMA)
+
+    _handler(cfg)(batch(0, ("shard_1", 1, "bigint", "10")), 0)
+    _handler(cfg)(batch(10, ("shard_1", 2, "bigint", "20"), ("shard_2", 1001, "decimal(30,2)", "1.50")), 1)
+    table = read_table(shared)
+    assert pa.types.is_string(table.schema.field("v").type)  # widened by the later shard's schema work
+    assert sorted((r["id"], r["v"]) for r in table.to_pylist()) == [(1, "10"), (2, "20"), (1001, "1.50")]

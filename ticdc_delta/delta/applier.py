@@ -145,6 +145,11 @@ class DeltaApplier:
             by it, as the planner folds the names of records.
         journal: where the batch's progress is written before each table-level DDL, and read back by a
             re-run of the batch (:mod:`~ticdc_delta.delta.ddl_journal`); ``None``: no journal.
+        seam: the tables' snapshot TSOs (a DDL that names no table leaves out the tables it predates).
+        written: where the job state says each table (``schema.table``) got rows: a table there is not made
+            anew elsewhere (:class:`~ticdc_delta.errors.TableMissingError`).
+        known: the same, with where tables' rows went before a ``reset`` that reads the stream again: the
+            tables that share a location (:meth:`sharing`) and a schema's tables (:meth:`written_in`).
     """
 
     def __init__(
@@ -161,6 +166,7 @@ class DeltaApplier:
         journal: DDLJournal | None = None,
         seam: SnapshotSeam | None = None,
         written: Mapping[str, str] | None = None,
+        known: Mapping[str, str] | None = None,
     ) -> None:
         self.sink = sink
         self.app_id = app_id
@@ -174,9 +180,12 @@ class DeltaApplier:
         # the tables' snapshot TSOs: a DDL that names no table leaves out the tables whose snapshot holds it
         self.seam = seam
         self._steps: dict[TableIdent, int] = {}
+        self._at: dict[str, int] = {}  # per location: the step its next commit takes
         self._paths: dict[TableIdent, str] = {}
         # where the state says each table (``schema.table``) got rows before; this batch's own writes
         self._written = dict(written or {})
+        # ... and where tables' rows went before a reset that reads the stream again (``sharing``, ``written_in``)
+        self._known = dict(known or {})
         self.locations: dict[str, str] = {}
         self.gone: set[str] = set()
 
@@ -189,10 +198,18 @@ class DeltaApplier:
         is not above the last one committed for the app id — with a counter per upstream table the second
         shard's first MERGE of a batch took the first's step and was skipped, its rows lost."""
         here = self._location(ident)
-        step = max((n for other, n in self._steps.items() if other == ident or self._location(other) == here),
-                   default=0)
-        self._steps[ident] = step + 1
+        step = max(self._at.get(here, 0), self._steps.get(ident, 0))
+        self._steps[ident] = self._at[here] = step + 1
         return batch_txn(self.app_id, batch_id, step)
+
+    def _count_steps(self, steps: Mapping[TableIdent, int]) -> None:
+        """Take ``steps`` (the steps numbered per table) as this batch's so far, and each location's next
+        step from them."""
+        self._steps = dict(steps)
+        self._at = {}
+        for ident, n in steps.items():
+            here = self._location(ident)
+            self._at[here] = max(self._at.get(here, 0), n)
 
     def _location(self, ident: TableIdent) -> str:
         """Where the config puts ``ident``'s Delta table (cached: :meth:`next_txn` compares every table the
@@ -206,12 +223,15 @@ class DeltaApplier:
         """A table moved (RENAME TABLE) keeps its Delta log, with this batch's transactions in it: the
         next commit under the new name must use a later step than any the old name used."""
         self._steps[new] = max(self._steps.get(new, 0), self._steps.get(old, 0))
+        here = self._location(new)
+        self._at[here] = max(self._at.get(here, 0), self._steps[new])
 
     def forget(self, ident: TableIdent) -> None:
         """``ident`` was dropped or renamed away by a DDL of this batch: a table made under its name after
         this starts over by right (the state's entry for it keeps its commit ts, not its location)."""
         name = f"{ident.schema}.{ident.table}"
         self._written.pop(name, None)
+        self._known.pop(name, None)
         self.locations.pop(name, None)
         self.gone.add(name)
 
@@ -219,13 +239,14 @@ class DeltaApplier:
         """The other upstream tables (``schema.table``) whose rows went to ``ident``'s location, before
         (the state) or in this batch: shards ``tables[].path`` maps to one Delta table."""
         here, name = self._location(ident), f"{ident.schema}.{ident.table}"
-        return sorted(n for n, where in {**self._written, **self.locations}.items() if where == here and n != name)
+        return sorted(n for n, where in {**self._known, **self._written, **self.locations}.items()
+                      if where == here and n != name)
 
     def written_in(self, schema: str) -> list[TableIdent]:
         """The tables of ``schema`` that have rows where the config puts them, before (the state) or in
         this batch, wherever that is (a wildcard ``tables[].path`` entry's location too)."""
         found = []
-        for name, where in {**self._written, **self.locations}.items():
+        for name, where in {**self._known, **self._written, **self.locations}.items():
             if name.startswith(schema + "."):
                 ident = TableIdent(schema, name[len(schema) + 1:])
                 if self._location(ident) == where:  # (a "." in a name makes the split ambiguous)
@@ -284,7 +305,7 @@ class DeltaApplier:
                 f"#{at} {entry.ddl!r}, but this run of the batch has {len(ddls)} DDL"
                 + (f" (#{at}: {[ddls[at].commit_ts, ddls[at].query]!r})" if 0 <= at < len(ddls) else "")
             )
-        self._steps = {TableIdent(*ident): n for ident, n in entry.steps.items()}
+        self._count_steps({TableIdent(*ident): n for ident, n in entry.steps.items()})
         self.catalog.restore(entry.catalog)
         log.info("batch %d: resuming at its DDL #%d (commit ts %s): the first attempt committed everything "
                  "before it", batch_id, at, ddls[at].commit_ts)
@@ -334,10 +355,10 @@ class DeltaApplier:
     def check_steps(self, batch_id: int, segments: Sequence[Iterable[TableIdent]], ddls: Sequence[DDLRecord]) -> None:
         """Refuse, before its first commit, a batch that could number more commits to one location than a
         batch has steps (``STEPS_PER_BATCH``): ``segments`` are the tables with rows in each of its
-        segments (two commits each: schema work, MERGE), ``ddls`` its DDL (one commit to each table they
-        name; one to every table for a DDL that may touch any). Found at the step past the last one, it
-        stopped the batch part-way, on every re-run, with a bare ValueError — and with commits made, no
-        re-planned batch could take its place safely.
+        segments (two commits each: schema work, MERGE; none for a disabled table), ``ddls`` its DDL (one
+        commit to each table a DDL changes under ``evolve``: the DDL handler's ``stepped_tables``). Found at
+        the step past the last one, it stopped the batch part-way, on every re-run, with a bare ValueError —
+        and with commits made, no re-planned batch could take its place safely.
 
         Raises:
             TerminalError: the batch could need more steps for one location, naming the way on.
@@ -348,6 +369,8 @@ class DeltaApplier:
         named: dict[str, set[str]] = {}
 
         def add(schema: str, table: str, n: int) -> None:
+            if not self.options(schema, table).enabled:
+                return
             try:
                 where = self._location(TableIdent(schema, table))
             except IdentifierError:
@@ -358,20 +381,18 @@ class DeltaApplier:
         for tables in segments:
             for ident in tables:
                 add(ident.schema, ident.table, 2)
-        anywhere = 0
+        stepped = getattr(self._ddl_handler, "stepped_tables", None)
         for ddl in ddls:
-            names = ddl_tables(ddl, case_sensitive=self.case_sensitive)
-            if names is None:
-                anywhere += 1
-            for schema, table in names or ():
+            for schema, table in (stepped(ddl, self.case_sensitive) if stepped is not None else
+                                  ddl_tables(ddl, case_sensitive=self.case_sensitive) or ()):
                 add(schema, table, 1)
         if not need:
             return
         where = max(need, key=need.__getitem__)
-        if need[where] + anywhere > STEPS_PER_BATCH:
+        if need[where] > STEPS_PER_BATCH:
             raise TerminalError(
-                f"micro-batch {batch_id} could make up to {need[where] + anywhere} commits to the Delta table at "
-                f"{where} ({', '.join(sorted(named[where]))}: rows and DDL of {len(ddls)} DDL segments), more than "
+                f"micro-batch {batch_id} could make up to {need[where]} commits to the Delta table at {where} "
+                f"({', '.join(sorted(named[where]))}: rows and DDL of {len(ddls) + 1} DDL segments), more than "
                 f"the {STEPS_PER_BATCH} a micro-batch can number; nothing of it was committed. Lower "
                 "source.max_offsets_per_trigger, then run `reset --from state --yes` (Spark's checkpoint holds "
                 "the batch as planned already; the reset plans it again under the new bound, losing nothing) "
@@ -384,7 +405,7 @@ class DeltaApplier:
         Raises:
             SinkError: from :meth:`resume`.
         """
-        self._steps = {}
+        self._count_steps({})
         # a re-run of a batch that got past a table-level DDL resumes before it (see .ddl_journal)
         resume = self.resume(batch_id, ddls)
         if resume is None:

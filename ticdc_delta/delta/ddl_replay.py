@@ -97,6 +97,9 @@ log = logging.getLogger(__name__)
 _DEFAULT_POLICIES = {"partition_data": DDLPolicies().partition_data}
 
 _NAME_CHANGES = (d.CreateTable, d.DropTable, d.RenameTable, d.DropDatabase)
+# changes whose replay takes no commit step (see DDLReplayer._evolve)
+_STEPLESS = (d.DropTable, d.RenameTable, d.DropDatabase, d.CreateDatabase, d.NoOp, d.SetDefault, d.DropDefault,
+             d.AddPrimaryKey, d.DropPrimaryKey, d.AddUniqueKey, d.DropIndex)
 
 
 def _changes(rec: DDLRecord) -> list[Any] | None:
@@ -335,6 +338,26 @@ class DDLReplayer:
             return True
         return any(isinstance(c, _NAME_CHANGES) for c in changes)
 
+    def stepped_tables(self, rec: DDLRecord, case_sensitive: bool = False) -> list[tuple[str, str]]:
+        """The tables (folded names) replaying ``rec`` numbers a commit step of (``next_txn``) for, as the
+        step bound of a batch counts them (:meth:`~ticdc_delta.delta.applier.DeltaApplier.check_steps`): each
+        table-level change its policy replays (``evolve``) but those that move or drop whole tables and those
+        that change nothing in Delta; all the tables it names when it does not parse."""
+        try:
+            changes = d.parse_ddl(rec.query, default_schema=rec.schema, ddl_type=rec.ddl_type)
+        except Exception:  # noqa: BLE001 - counted as if it could touch them: the bound errs on the safe side
+            return sorted(ddl_tables(rec, case_sensitive=case_sensitive) or ())
+        out = []
+        for change in changes:
+            if isinstance(change, _STEPLESS) or self.policy(d.ddl_class(change)) != "evolve":
+                continue
+            table = getattr(change, "table", None)
+            if isinstance(table, str) and table:
+                schema = getattr(change, "schema", "") or rec.schema
+                out.append((fold_name(schema, case_sensitive=case_sensitive),
+                            fold_name(table, case_sensitive=case_sensitive)))
+        return out
+
     def __call__(self, rec: DDLRecord, applier: "DeltaApplier", batch_id: int) -> bool:
         changes = d.parse_ddl(rec.query, default_schema=rec.schema, ddl_type=rec.ddl_type)
         if not applier.case_sensitive:
@@ -416,13 +439,14 @@ class DDLReplayer:
             )
 
     def _refuse_shared(self, ident: TableIdent, cls: str, rec: DDLRecord, applier: "DeltaApplier",
-                       outside: str | None = None) -> None:
+                       dropping: Iterable[TableIdent] = ()) -> None:
         """Refuse a statement that would remove or rename rows or columns of ``ident``'s Delta table when
         that location also holds the rows of other upstream tables (``tables[].path`` maps shards to one
         location): replayed, one shard's TRUNCATE emptied every shard, its DROP COLUMN dropped the others'
-        values, its RENAME / DROP TABLE took their table away. ``outside``: a DROP DATABASE of that schema,
-        which shares the location harmlessly with the schema's own tables."""
-        others = [n for n in applier.sharing(ident) if outside is None or not n.startswith(outside + ".")]
+        values, its RENAME / DROP TABLE took their table away. ``dropping``: the tables a DROP DATABASE drops
+        with it, whose sharing of the location does not matter."""
+        gone = {f"{i.schema}.{i.table}" for i in dropping}
+        others = [n for n in applier.sharing(ident) if n not in gone]
         if others:
             raise DDLPolicyError(
                 f"{cls} DDL at commit ts {rec.commit_ts} on {ident.schema}.{ident.table} would change the Delta "
@@ -452,7 +476,7 @@ class DDLReplayer:
             idents = list(dict.fromkeys([*sink.tables_in_schema(change.name), *applier.written_in(change.name)]))
             for ident in idents:
                 if not (applier.seam is not None and applier.seam.holds(ident.schema, ident.table, rec.commit_ts)):
-                    self._refuse_shared(ident, cls, rec, applier, outside=change.name)
+                    self._refuse_shared(ident, cls, rec, applier, dropping=idents)
             for ident in idents:
                 if applier.seam is not None and applier.seam.holds(ident.schema, ident.table, rec.commit_ts):
                     # loaded from a snapshot taken after the drop (the table was made again since)
@@ -540,6 +564,8 @@ class DDLReplayer:
                 fields += [pa.field(meta[0], pa.int64()), pa.field(meta[1], pa.string())]
             schema = pa.schema(fields)
         existing = sink.table_schema(ident)
+        # where the table is (as where a table's rows went): DROP DATABASE finds it there, wherever that is
+        applier.locations[f"{ident.schema}.{ident.table}"] = sink.table_path(*ident)
         if existing is not None:
             have = {f.name.lower() for f in existing}
             missing = [f for f in schema if f.name.lower() not in have]

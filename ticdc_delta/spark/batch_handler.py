@@ -497,7 +497,7 @@ class BatchHandler:
             case_sensitive=self.cfg.case_sensitive,
             journal=self.journal,
             seam=seam,
-            written=written_locations(self._meta),
+            written=written_locations(self._meta), known=written_locations(self._meta, earlier=True),
         )
         t_apply = time.monotonic()
         timings["plan"] = t_apply - t_plan
@@ -791,11 +791,13 @@ def _watermark_lag(plan: Any) -> tuple[int | None, float | None]:
     return low, None if low is None else round(time.time() - tso_physical_ms(low) / 1000.0, 3)
 
 
-def written_locations(meta: Mapping[str, Any]) -> dict[str, str]:
-    """Where the state says each table (``schema.table``) got its rows (see ``DeltaApplier``'s ``written``)."""
+def written_locations(meta: Mapping[str, Any], *, earlier: bool = False) -> dict[str, str]:
+    """Where the state says each table (``schema.table``) got its rows (see ``DeltaApplier``'s ``written``);
+    with ``earlier``, also where they went before a ``reset`` that reads the stream again (``known``)."""
     tables = meta.get("tables")
-    return {name: entry["location"] for name, entry in (tables.items() if isinstance(tables, dict) else ())
-            if isinstance(entry, dict) and isinstance(entry.get("location"), str)}
+    keys = ("location", "earlier_location") if earlier else ("location",)
+    return {name: where for name, entry in (tables.items() if isinstance(tables, dict) else ())
+            if isinstance(entry, dict) and isinstance(where := next((entry[k] for k in keys if k in entry), None), str)}
 
 
 def next_state_meta(previous: Mapping[str, Any], plan: Any, applier: DeltaApplier, result: ApplyResult,
@@ -812,7 +814,7 @@ def next_state_meta(previous: Mapping[str, Any], plan: Any, applier: DeltaApplie
     tables = dict(meta.get("tables", {}))
     locations = applier.locations
     for name in applier.gone & set(tables):  # dropped or renamed away by a DDL of the batch: where it was is void
-        tables[name] = {k: v for k, v in tables[name].items() if k != "location"}
+        tables[name] = {k: v for k, v in tables[name].items() if k not in ("location", "earlier_location")}
     for name in {**result.rows, **result.commit_ts}:  # (a table a DDL changed has a commit ts, maybe no rows)
         entry = dict(tables.get(name, {}))
         entry["rows_applied"] = entry.get("rows_applied", 0) + result.rows.get(name, 0)

@@ -1310,7 +1310,7 @@ class SparkEngine:
                               if self.cfg.sink.metadata_columns else None),
             source_timezone=self.cfg.sink.source_timezone, ddl_handler=h._ddl_handler,
             case_sensitive=self.cfg.case_sensitive, journal=h.journal, seam=seam,
-            written=written_locations(h._meta),
+            written=written_locations(h._meta), known=written_locations(h._meta, earlier=True),
         )
         applier.check_steps(batch_id, [[TableIdent(s, t) for s, t, _ in metas.get(seg, [])]
                                        for seg in range(len(ddl_steps) + 1)], ddl_steps)
@@ -1327,6 +1327,11 @@ class SparkEngine:
                 if task is not None:
                     tasks.append(task)
                     result.count(f"{schema}.{table}", meta["rows"], meta["deleted"], meta["last_ts"])
+            # every table's schema work (its commits among them) comes before the MERGEs run: the MERGEs take
+            # their steps after all of it, or a later table's schema commit to a location tables share
+            # (shards) would take a step past an earlier one's MERGE, which Delta would then skip as committed
+            for task in tasks:
+                task["txn"] = applier.next_txn(task["ident"], batch_id)
             if tasks:
                 self._merge_all(spark, view, tasks, merged, batch_id)
             if seg < len(ddl_steps):
@@ -1373,7 +1378,7 @@ class SparkEngine:
             # a text partition column of the key: '' and NULL are one value there (see _merge)
             "text_parts": [have.get(k.lower(), k) for k in keys if k.lower() in parts
                            and pa.types.is_string(types.get(have.get(k.lower(), k), pa.null()))],
-            "txn": applier.next_txn(ident, batch_id), "columnar": columnar,
+            "columnar": columnar,  # (and "txn", once every table of the segment is prepared: _apply)
             # the target's files, for the key range (_key_range) of a table big enough for it to pay, and
             # the integer key ranges found as the changes were collapsed (no Spark job for them)
             "key_range": facts.files if facts is not None and (facts.rows or 0) >= least else None,
