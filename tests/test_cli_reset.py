@@ -76,8 +76,9 @@ def test_reset_from_earliest_clears_position_keeps_catalog_and_deletes_spark_che
     first_epoch = state.meta["epoch"]
     assert state.meta["resets"] == 1 and state.meta["starting_offsets"] == "earliest"
     assert state.meta["snapshots"] == META["snapshots"]  # the tables still hold the snapshots
-    # the stream is read again: a table deleted to be built again is made anew (not refused as moved)
-    assert state.meta["tables"] == {"s.t": {"rows_applied": 3}}
+    # the stream is read again: a table deleted to be built again is made anew (not refused as moved); where
+    # its rows went stays known as an earlier location (which tables share one)
+    assert state.meta["tables"] == {"s.t": {"rows_applied": 3, "earlier_location": "/lake/s/t"}}
     assert "checkpoint" not in state.meta and "next_offsets" not in state.meta and "staging_batch" not in state.meta
     assert "held_by_table" not in state.meta and "topic_watermarks" not in state.meta
     assert state.meta["reset"]["previous_batch"] == 4 and state.meta["reset"]["previous_query_id"] == "q-old"
