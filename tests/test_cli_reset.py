@@ -242,3 +242,21 @@ def test_a_damaged_state_table_is_one_error_line_and_nothing_changes(job: tuple[
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.match(r"error: cannot read the job state table at .*/ckpt/state: .*Json error", err[0])
     assert spark_dir.exists()
+
+
+def test_reset_from_state_refuses_offsets_past_a_partitions_end(job: tuple[Path, Path], tmp_path: Path) -> None:
+    """A topic deleted and made again starts its offsets over, below where the state says the job stopped:
+    continuing from the state, Spark's source either stops at the gap as lost data or, told to skip lost
+    data, skips the new topic's messages up to the old offset. Refused, naming the partitions and the way
+    on; a log that reaches the state's offsets is continued from them."""
+    yaml_path, _ = job
+    cfg = config_from_mapping(json.loads(yaml_path.read_text()))
+    saved = _state(tmp_path)
+    meta = {**saved.meta, "next_offsets": {"cdc": {"0": 5000, "1": 7000}}}
+    StateStore(str(tmp_path / "ckpt" / "state"), "rs").save(saved.batch_id + 1,
+                                                          PipelineState(saved.batch_id + 1, meta=meta))
+    with pytest.raises(ValueError, match=r"--from state: cdc\[0\] ends at 200, the state stopped at 5000: the topic "
+                                         r"was deleted and made again .*`reset --offset TOPIC:PARTITION=OFFSET"):
+        plan_reset(cfg, "state", partitions_of=lambda topic: [0, 1], ends_of=lambda topic: {0: 200, 1: 7000})
+    plan = plan_reset(cfg, "state", partitions_of=lambda topic: [0, 1], ends_of=lambda topic: {0: 5000, 1: 7300})
+    assert plan.starting_offsets == {"cdc": {0: 5000, 1: 7000}}

@@ -85,6 +85,7 @@ def plan_reset(
     start: str | Mapping[str, Mapping[int, int]],
     *,
     partitions_of: Callable[[str], list[int]] | None = None,
+    ends_of: Callable[[str], Mapping[int, int]] | None = None,
 ) -> ResetPlan:
     """Decide the new state for starting over from ``start`` (``earliest``, ``latest``, ``state`` or a
     ``{topic: {partition: offset}}`` mapping). Reads the state; changes nothing.
@@ -94,7 +95,8 @@ def plan_reset(
             partitions, or naming a partition the topic does not have; ``state`` without a saved state.
         SinkError: the state table cannot be read.
         BrokerUnavailableError: ``state`` or a mapping: the broker did not list the topics' partitions
-            (``partitions_of``: a topic's partitions, by default the broker's).
+            (``partitions_of``: a topic's partitions, by default the broker's; ``ends_of``: the offset after
+            each partition's last message, by default the broker's when ``partitions_of`` is not given).
     """
     store = _state_store(cfg)
     saved = store.load()
@@ -109,6 +111,7 @@ def plan_reset(
             raise ValueError(f"--from state: there is no job state in {store.path} to continue from")
         _refuse_a_batch_stopped_past_a_table_ddl(cfg, meta, saved.batch_id + 1)
         starting: Any = _offsets_after_state(cfg, meta, partitions_of)
+        _refuse_offsets_past_the_end(starting, ends_of or (_broker_ends(cfg) if partitions_of is None else None))
     elif isinstance(start, str):
         if start not in ("earliest", "latest"):
             raise ValueError(f"start must be earliest, latest, state or a mapping, got {start!r}")
@@ -226,6 +229,34 @@ def _forget_location(entry: Any) -> Any:
     kept = {k: v for k, v in entry.items() if k != "location"}
     kept["earlier_location"] = entry["location"]
     return kept
+
+
+def _broker_ends(cfg: JobConfig) -> Callable[[str], Mapping[int, int]]:
+    """The offset after each partition's last message, as the broker says (BrokerUnavailableError when it
+    does not answer)."""
+    from .spark.batch_handler import kafka_log_ends
+
+    return lambda topic: kafka_log_ends(cfg, topic)
+
+
+def _refuse_offsets_past_the_end(starting: Mapping[str, Mapping[int, int]],
+                                 ends_of: Callable[[str], Mapping[int, int]] | None) -> None:
+    """Refuse to continue from the state at an offset past a partition's end: the topic was deleted and
+    made again (or its log cut), and its new messages sit below where the job stopped. Spark's source
+    stops at such a range as lost data, and told to skip lost data, skips the new messages up to the old
+    offset; either way the new topic's messages would not be read."""
+    if ends_of is None:
+        return
+    past = [(topic, p, offset, end) for topic, parts in starting.items() for p, end in ends_of(topic).items()
+            if (offset := parts.get(p, -2)) > end]
+    if past:
+        shown = ", ".join(f"{t}[{p}] ends at {end}, the state stopped at {offset}" for t, p, offset, end in past)
+        raise ValueError(
+            f"--from state: {shown}: the topic was deleted and made again (or its log cut), so continuing from "
+            "the state would skip its messages. Start those partitions at the new topic's first offset with "
+            "`reset --offset TOPIC:PARTITION=OFFSET ...` (every partition of every topic; -2 is earliest) or "
+            "`--from earliest`, which clear the held rows and watermarks; if the changefeed was made again "
+            "too, start where it began writing")
 
 
 def _offsets_after_state(

@@ -212,3 +212,32 @@ def test_partition_num_lowered_later_stops_waiting_for_the_partitions_left(engin
     run_job(after, once=True, spark=spark)
     assert sorted(sink.read(TableIdent("d", "t")).column("k").to_pylist()) == [0, 1, 2, 10, 11]
     assert collect_status(after)["rows_held"] == 0
+
+
+def test_a_compacted_topic_is_refused_before_the_query_starts(broker: Any, tmp_path: Path, unique_name: Any) -> None:
+    """Kafka's compaction keeps one message per key, and TiCDC's keys do not name one row (an Open Protocol
+    key is a table and a commit ts: a transaction's 32 rows of one table are two messages of one key), so
+    the rows of the messages compacted away were lost without a word. Refused, naming the topic and the
+    setting to change; a topic that only deletes (the default) is read."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from ticdc_delta.errors import ConfigError
+    from ticdc_delta.spark.batch_handler import check_cleanup_policy
+
+    plain, compacted = unique_name("plain"), unique_name("compacted")
+    broker.create_topic(plain, partitions=1)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    for future in admin.create_topics([NewTopic(compacted, num_partitions=1, replication_factor=1,
+                                                config={"cleanup.policy": "compact,delete"})]).values():
+        future.result(timeout=15)
+
+    def cfg(*topics: str) -> Any:
+        return config_from_mapping({
+            "changefeed": "cf", "checkpoint": str(tmp_path / "ckpt"), "sink": {"path": str(tmp_path / "lake")},
+            "source": {"bootstrap_servers": broker.bootstrap_servers, "topics": list(topics), "protocol": "open-protocol"},
+        })
+
+    check_cleanup_policy(cfg(plain, unique_name("not-there-yet")))
+    with pytest.raises(ConfigError, match=rf"source\.topics: Kafka compacts {compacted} \(cleanup\.policy=compact,delete\)"
+                                          r": compaction keeps one message per key"):
+        check_cleanup_policy(cfg(plain, compacted))

@@ -901,5 +901,59 @@ def kafka_partitions(cfg: JobConfig, topic: str, *, empty_as_none: bool = False)
         consumer.close()
 
 
+def kafka_log_ends(cfg: JobConfig, topic: str) -> dict[int, int]:
+    """The offset after the last message of each partition of ``topic`` (none when the topic does not exist).
+
+    Raises:
+        BrokerUnavailableError: the broker did not answer.
+    """
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    partitions = kafka_partitions(cfg, topic)
+    consumer = Consumer({**cfg.librdkafka_conf(), "group.id": "ticdc-delta-metadata"})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+    except KafkaException as exc:
+        raise BrokerUnavailableError(
+            f"Kafka at {cfg.source.bootstrap_servers} did not answer an offsets request: {exc}") from None
+    finally:
+        consumer.close()
+
+
+def check_cleanup_policy(cfg: JobConfig) -> None:
+    """Refuse to read a topic Kafka compacts (``cleanup.policy`` with ``compact``): compaction keeps the
+    last message of each key, and TiCDC's keys do not name one row — an Open Protocol key is a table and a
+    commit ts, the same for every message of a transaction's rows of a table (16 rows to a message), an
+    Avro delete's tombstone goes after ``delete.retention.ms`` — so the rows of the messages compacted away
+    are gone, and Spark's source skips the gaps as it skips a transaction's markers, without a word. A
+    topic the job may not describe (no DescribeConfigs right), or not there yet, is not checked.
+
+    Raises:
+        ConfigError: a topic is compacted.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    admin = AdminClient({**cfg.librdkafka_conf(), "log_level": 0})
+    futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic) for topic in cfg.topics],
+                                     request_timeout=10)
+    compacted = []
+    for resource, future in futures.items():
+        try:
+            policy = future.result(timeout=15).get("cleanup.policy")
+        except (KafkaException, TimeoutError) as exc:
+            log.debug("cannot read the cleanup.policy of topic %s: %s", resource.name, exc)
+            continue
+        if policy is not None and "compact" in (policy.value or ""):
+            compacted.append(f"{resource.name} (cleanup.policy={policy.value})")
+    if compacted:
+        raise ConfigError(
+            f"source.topics: Kafka compacts {', '.join(sorted(compacted))}: compaction keeps one message per key, "
+            "and TiCDC's keys do not name one row, so the rows of the messages it removes would be lost without "
+            "a word. Set the topic's cleanup.policy to delete (kafka-configs --alter --entity-type topics "
+            "--entity-name <topic> --add-config cleanup.policy=delete), with a retention longer than the job "
+            "may ever be stopped")
+
+
 def _join(base: str, leaf: str) -> str:
     return child_location(base, leaf)  # checked to stay inside the checkpoint

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..config import JobConfig
 from ..errors import TerminalError, one_line
-from .batch_handler import BatchHandler
+from .batch_handler import BatchHandler, check_cleanup_policy
 from .checkpoint import SparkCheckpoint, check_topics_kept
 from .stop import POLL_S, StopRequest
 
@@ -314,6 +314,7 @@ def run_job(cfg: JobConfig, *, once: bool, spark: Any = None, handler: BatchHand
     scheme = _check_checkpoint_filesystem(spark, cfg.checkpoint.rstrip("/") + "/spark")
     if cfg.source.fail_on_data_loss:  # (otherwise Spark's source drops a topic no longer listed itself)
         check_topics_kept(SparkCheckpoint(cfg.checkpoint.rstrip("/") + "/spark", spark), cfg.topics)
+    check_cleanup_policy(cfg)
     handler = handler or build_handler(cfg)
     df = read_kafka_stream(
         spark,
