@@ -936,11 +936,11 @@ def check_cleanup_policy(cfg: JobConfig) -> None:
 
     admin = AdminClient({**cfg.librdkafka_conf(), "log_level": 0})
     futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic) for topic in cfg.topics],
-                                     request_timeout=10)
+                                     request_timeout=5)
     compacted = []
     for resource, future in futures.items():
         try:
-            policy = future.result(timeout=15).get("cleanup.policy")
+            policy = future.result(timeout=10).get("cleanup.policy")
         except (KafkaException, TimeoutError) as exc:
             log.debug("cannot read the cleanup.policy of topic %s: %s", resource.name, exc)
             continue
