@@ -460,3 +460,28 @@ def test_a_shards_schema_commit_does_not_take_the_step_of_another_shards_merge(e
     table = read_table(shared)
     assert pa.types.is_string(table.schema.field("v").type)  # widened by the later shard's schema work
     assert sorted((r["id"], r["v"]) for r in table.to_pylist()) == [(1, "10"), (2, "20"), (1001, "1.50")]
+
+
+@pytest.mark.parametrize("engine", ["spark", "delta-rs"])
+def test_a_resolved_ts_that_goes_back_is_reported(engine: str, spark: Any, tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """A resolved ts below a partition's watermark is ignored — after a TiCDC restart, or from a second
+    changefeed writing the same topic, whose rows are then all dropped as replays. It was counted and never
+    shown: the progress line carries it, and a warning names both causes."""
+    import logging
+
+    base = json.loads(json.dumps(_cfg(tmp_path).model_dump(mode="json", exclude_none=True)))
+    cfg = config_from_mapping({**base, "sink": {**base["sink"], "engine": engine}})
+    ts = TsoClock.START_MS << 18
+    handler = _handler(cfg)
+    handler(spark.createDataFrame([("cdc", 0, 0, None, _canal_insert(ts + 1, 1, "a")),
+                                   ("cdc", 0, 1, None, _canal_watermark(ts + 10)),
+                                   ("cdc", 1, 0, None, _canal_watermark(ts + 10))], KAFKA_SCHEMA), 0)
+    with caplog.at_level(logging.INFO):
+        handler(spark.createDataFrame([("cdc", 0, 2, None, _canal_insert(ts + 4, 2, "b")),
+                                       ("cdc", 0, 3, None, _canal_watermark(ts + 5)),
+                                       ("cdc", 1, 1, None, _canal_watermark(ts + 11))], KAFKA_SCHEMA), 1)
+    line = json.loads(next(r.getMessage() for r in caplog.records if r.name == "ticdc_delta.progress"))
+    assert line["resolved_ts_regressions"] == 1 and line["replays_dropped"] == 1
+    assert any("1 resolved ts went back below a partition's watermark" in r.getMessage()
+               and "a second changefeed writes to these topics" in r.getMessage() for r in caplog.records)

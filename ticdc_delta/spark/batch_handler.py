@@ -697,6 +697,14 @@ class BatchHandler:
             line["columnar_tables"] = columnar
         if key_range:
             line["key_range_tables"] = key_range
+        regressions = getattr(plan, "watermark_regressions", 0)
+        if regressions:
+            line["resolved_ts_regressions"] = regressions
+            log.warning(
+                "batch %d: %d resolved ts went back below a partition's watermark and were ignored: TiCDC sent "
+                "again from an older checkpoint (a changefeed restart: its rows at or below the watermark are "
+                "dropped as replays), or a second changefeed writes to these topics — whose rows are then all "
+                "dropped as replays (replays_dropped): read one changefeed's topics only", batch_id, regressions)
         unresolved = [f"{t}[{p}]" for t, p in self._unresolved_partitions()]
         if unresolved:
             line["unresolved_partitions"] = unresolved

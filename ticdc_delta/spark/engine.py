@@ -697,6 +697,7 @@ class _Progress:
     held: int
     replays_dropped: int
     snapshot_dropped: int = 0
+    watermark_regressions: int = 0
 
 
 class SparkEngine:
@@ -1100,7 +1101,8 @@ class SparkEngine:
                 self._compaction = spark_compaction(spark)
             timings["compact"] = h._compact(applier.written_tables, bool(counts["error"] + n_values + implausible),
                                             self._compaction, batch_id)
-            progress = _Progress(dict(plan.topic_watermarks), held, replays, plan.snapshot_dropped)
+            progress = _Progress(dict(plan.topic_watermarks), held, replays, plan.snapshot_dropped,
+                                 plan.watermark_regressions)
             h._progress(batch_id, offsets, counts, progress, result, counts["error"] + n_values,
                         time.monotonic() - started, timings, values=n_values, implausible=implausible,
                         split={f"{schema}.{table}": n for (schema, table), n in sorted(split.items())},
