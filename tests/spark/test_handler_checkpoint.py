@@ -485,3 +485,33 @@ def test_a_resolved_ts_that_goes_back_is_reported(engine: str, spark: Any, tmp_p
     assert line["resolved_ts_regressions"] == 1 and line["replays_dropped"] == 1
     assert any("1 resolved ts went back below a partition's watermark" in r.getMessage()
                and "a second changefeed writes to these topics" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("engine", ["spark", "delta-rs"])
+def test_a_partition_whose_resolved_ts_stops_is_reported_stalled(engine: str, spark: Any, tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """A partition TiCDC no longer sends resolved ts to (one added to the topic while the changefeed ran gets
+    nothing until it restarts; a stuck changefeed) holds every row back. Only the watermark's lag showed it:
+    the progress line lists it as stalled once it stays behind the others by over a minute, and a warning
+    names it and the ways on."""
+    import logging
+
+    base = json.loads(json.dumps(_cfg(tmp_path).model_dump(mode="json", exclude_none=True)))
+    cfg = config_from_mapping({**base, "sink": {**base["sink"], "engine": engine}})
+    ts = TsoClock.START_MS << 18
+    minute = 61_000 << 18
+    handler = _handler(cfg)
+    lines = []
+    with caplog.at_level(logging.INFO):
+        for batch_id in range(3):
+            at = ts + (batch_id + 1) * minute
+            rows = [("cdc", 0, 2 * batch_id, None, _canal_insert(at - 1, batch_id, "a")),
+                    ("cdc", 0, 2 * batch_id + 1, None, _canal_watermark(at))]
+            if batch_id == 0:  # partition 1 sends its first resolved ts, then nothing
+                rows.append(("cdc", 1, 0, None, _canal_watermark(at)))
+            handler(spark.createDataFrame(rows, KAFKA_SCHEMA), batch_id)
+            lines.append(json.loads([r.getMessage() for r in caplog.records if r.name == "ticdc_delta.progress"][-1]))
+    assert [line.get("stalled_partitions") for line in lines] == [None, ["cdc[1]"], ["cdc[1]"]]
+    warned = [r.getMessage() for r in caplog.records if "did not move in this batch" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("the resolved ts of cdc[1] did not move")
+    assert "source.options.partition-num" in warned[0]

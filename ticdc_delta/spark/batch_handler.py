@@ -68,6 +68,10 @@ HELD_ROWS_WARNING = 1_000_000
 """Held rows (``delta-rs`` engine) from which each batch's progress is followed by a warning, again at each
 doubling."""
 
+STALLED_S = 60
+"""How far (seconds of TSO time) a partition's unmoving resolved ts may lag the highest before it is
+reported stalled (the progress line's ``stalled_partitions``, a warning)."""
+
 DEAD_LETTER_IDENT = TableIdent("_ticdc", "dead_letter")
 DEAD_LETTER_SCHEMA = pa.schema(
     [
@@ -187,6 +191,9 @@ class BatchHandler:
 
         self._partitions_of = remembered
         self._warned_unresolved = False
+        # each partition's watermark after the last batch, and those warned about as stalled (_stalled_partitions)
+        self._last_watermarks: dict[tuple[str, int], int] = {}
+        self._warned_stalled: set[tuple[str, int]] = set()
         self._warned_missing: set[str] = set()
         self._ddl_handler = ddl_handler
         self._state: ConsumerState | None = None
@@ -708,6 +715,9 @@ class BatchHandler:
         unresolved = [f"{t}[{p}]" for t, p in self._unresolved_partitions()]
         if unresolved:
             line["unresolved_partitions"] = unresolved
+        stalled = [f"{t}[{p}]" for t, p in self._stalled_partitions()]
+        if stalled:
+            line["stalled_partitions"] = stalled
         empty = self._empty_topics()
         if empty:
             line["empty_topics"] = empty
@@ -740,6 +750,33 @@ class BatchHandler:
         """The listed topics that hold nothing back: the broker does not have them, or they have never resolved
         and hold no message (watermark mode asks for them each batch)."""
         return [topic for topic, parts in sorted(self._seen_partitions.items()) if not parts]
+
+    def _stalled_partitions(self) -> list[tuple[str, int]]:
+        """In watermark mode, the partitions whose resolved ts did not move in this batch while another's
+        is more than :data:`STALLED_S` ahead: every row waits for them. TiCDC sends every partition of a
+        changefeed's topics the same resolved ts, so one left behind is a partition it does not write to — one
+        added to the topic while the changefeed ran — or a stuck changefeed or broker. Warned once each time a
+        partition becomes stalled (the progress line lists them as long as they are)."""
+        if self.mode != WATERMARK or self._state is None:
+            return []
+        now = dict(self._state.watermarks)
+        before, self._last_watermarks = self._last_watermarks, now
+        if len(now) < 2 or not before:
+            return []
+        top = max(now.values())
+        stalled = [key for key, ts in sorted(now.items()) if before.get(key) == ts
+                   and tso_physical_ms(top) - tso_physical_ms(ts) > STALLED_S * 1000]
+        new = [key for key in stalled if key not in self._warned_stalled]
+        self._warned_stalled = set(stalled)
+        if new:
+            log.warning(
+                "the resolved ts of %s did not move in this batch and is over %d s behind the highest partition's: "
+                "every row waits for it. TiCDC writes only to the partitions a changefeed started with — a "
+                "partition added to the topic since gets nothing until the changefeed restarts (restart it, or "
+                "give the old partition count as source.options.partition-num); otherwise look at the "
+                "changefeed (cdc cli changefeed query) and at the partition's leader",
+                ", ".join(f"{t}[{p}]" for t, p in new), STALLED_S)
+        return stalled
 
     def _unresolved_partitions(self) -> list[tuple[str, int]]:
         """In watermark mode, the partitions that have never sent a resolved ts while others have: no row is
