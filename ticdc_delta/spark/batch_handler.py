@@ -773,8 +773,10 @@ class BatchHandler:
                 "the resolved ts of %s did not move in this batch and is over %d s behind the highest partition's: "
                 "every row waits for it. TiCDC writes only to the partitions a changefeed started with — a "
                 "partition added to the topic since gets nothing until the changefeed restarts (restart it, or "
-                "give the old partition count as source.options.partition-num); otherwise look at the "
-                "changefeed (cdc cli changefeed query) and at the partition's leader",
+                "give the old partition count as source.options.partition-num); a topic dispatcher's topic "
+                "whose tables are all gone gets nothing more either (take it out of source.topics once read to "
+                "its end); otherwise look at the changefeed (cdc cli changefeed query) and at the partition's "
+                "leader",
                 ", ".join(f"{t}[{p}]" for t, p in new), STALLED_S)
         return stalled
 
