@@ -186,7 +186,7 @@ def _progress_line(rows: int, seconds: float, timings: dict[str, float]) -> None
     from ticdc_delta.spark.batch_handler import BatchHandler
 
     handler = SimpleNamespace(cfg=SimpleNamespace(changefeed="cf"), _unresolved_partitions=lambda: [],
-                              _stalled_partitions=lambda: [], _empty_topics=lambda: [])
+                              _stalled_partitions=lambda offsets: [], _empty_topics=lambda: [])
     plan = SimpleNamespace(topic_watermarks={"t": None}, held=0, replays_dropped=0, rejected=[])
     result = SimpleNamespace(rows=rows, ddl_applied=0)
     BatchHandler._progress(handler, 0, {}, {"row": rows, "resolved": 4}, plan, result, 0, seconds, timings)  # type: ignore[arg-type]

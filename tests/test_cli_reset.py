@@ -258,5 +258,7 @@ def test_reset_from_state_refuses_offsets_past_a_partitions_end(job: tuple[Path,
     with pytest.raises(ValueError, match=r"--from state: cdc\[0\] ends at 200, the state stopped at 5000: the topic "
                                          r"was deleted and made again .*`reset --offset TOPIC:PARTITION=OFFSET"):
         plan_reset(cfg, "state", partitions_of=lambda topic: [0, 1], ends_of=lambda topic: {0: 200, 1: 7000})
+    with pytest.raises(ValueError, match=r"--from state: cdc\[1\] is not on the broker, the state stopped at 7000"):
+        plan_reset(cfg, "state", partitions_of=lambda topic: [0], ends_of=lambda topic: {0: 5100})
     plan = plan_reset(cfg, "state", partitions_of=lambda topic: [0, 1], ends_of=lambda topic: {0: 5000, 1: 7300})
     assert plan.starting_offsets == {"cdc": {0: 5000, 1: 7000}}

@@ -247,10 +247,15 @@ def _refuse_offsets_past_the_end(starting: Mapping[str, Mapping[int, int]],
     offset; either way the new topic's messages would not be read."""
     if ends_of is None:
         return
-    past = [(topic, p, offset, end) for topic, parts in starting.items() for p, end in ends_of(topic).items()
-            if (offset := parts.get(p, -2)) > end]
+    past = []
+    for topic, parts in starting.items():
+        ends = ends_of(topic)
+        # (-2: a partition the job never read, started at earliest; one the broker no longer has is past too)
+        past += [(topic, p, offset, ends.get(p)) for p, offset in sorted(parts.items())
+                 if offset >= 0 and (p not in ends or offset > ends[p])]
     if past:
-        shown = ", ".join(f"{t}[{p}] ends at {end}, the state stopped at {offset}" for t, p, offset, end in past)
+        shown = ", ".join(f"{t}[{p}] " + ("is not on the broker" if end is None else f"ends at {end}")
+                          + f", the state stopped at {offset}" for t, p, offset, end in past)
         raise ValueError(
             f"--from state: {shown}: the topic was deleted and made again (or its log cut), so continuing from "
             "the state would skip its messages. Start those partitions at the new topic's first offset with "

@@ -231,13 +231,17 @@ def test_a_compacted_topic_is_refused_before_the_query_starts(broker: Any, tmp_p
                                                 config={"cleanup.policy": "compact,delete"})]).values():
         future.result(timeout=15)
 
-    def cfg(*topics: str) -> Any:
+    def cfg(*topics: str, protocol: str = "open-protocol") -> Any:
         return config_from_mapping({
             "changefeed": "cf", "checkpoint": str(tmp_path / "ckpt"), "sink": {"path": str(tmp_path / "lake")},
-            "source": {"bootstrap_servers": broker.bootstrap_servers, "topics": list(topics), "protocol": "open-protocol"},
+            "source": {"bootstrap_servers": broker.bootstrap_servers, "topics": list(topics), "protocol": protocol,
+                       **({"schema_registry": {"url": "mock://r"}} if protocol == "avro" else {})},
         })
 
     check_cleanup_policy(cfg(plain, unique_name("not-there-yet")))
     with pytest.raises(ConfigError, match=rf"source\.topics: Kafka compacts {compacted} \(cleanup\.policy=compact,delete\)"
                                           r": compaction keeps one message per key"):
         check_cleanup_policy(cfg(plain, compacted))
+    # Avro's key is the row's handle key: compaction keeps each row's last version (a delete's tombstone
+    # expires, though): warned, not refused
+    check_cleanup_policy(cfg(compacted, protocol="avro"))

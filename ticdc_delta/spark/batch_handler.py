@@ -715,7 +715,7 @@ class BatchHandler:
         unresolved = [f"{t}[{p}]" for t, p in self._unresolved_partitions()]
         if unresolved:
             line["unresolved_partitions"] = unresolved
-        stalled = [f"{t}[{p}]" for t, p in self._stalled_partitions()]
+        stalled = [f"{t}[{p}]" for t, p in self._stalled_partitions(offsets)]
         if stalled:
             line["stalled_partitions"] = stalled
         empty = self._empty_topics()
@@ -751,20 +751,23 @@ class BatchHandler:
         and hold no message (watermark mode asks for them each batch)."""
         return [topic for topic, parts in sorted(self._seen_partitions.items()) if not parts]
 
-    def _stalled_partitions(self) -> list[tuple[str, int]]:
-        """In watermark mode, the partitions whose resolved ts did not move in this batch while another's
-        is more than :data:`STALLED_S` ahead: every row waits for them. TiCDC sends every partition of a
-        changefeed's topics the same resolved ts, so one left behind is a partition it does not write to — one
-        added to the topic while the changefeed ran — or a stuck changefeed or broker. Warned once each time a
-        partition becomes stalled (the progress line lists them as long as they are)."""
+    def _stalled_partitions(self, offsets: Mapping[tuple[str, int], Any]) -> list[tuple[str, int]]:
+        """In watermark mode, the partitions of the listed topics that sent nothing in this batch (not in
+        ``offsets``) while another's resolved ts is more than :data:`STALLED_S` ahead: every row waits for
+        them. TiCDC sends every partition of a changefeed's topics the same resolved ts, about once a second,
+        so one left behind is a partition it does not write to — one added to the topic while the changefeed
+        ran — or a stuck changefeed or broker (a partition that sends rows is catching up: one transaction's
+        rows may fill a batch's share of it). Warned each time a partition becomes stalled (the progress line
+        lists them as long as they are)."""
         if self.mode != WATERMARK or self._state is None:
             return []
-        now = dict(self._state.watermarks)
+        listed = set(self.cfg.topics)  # (the state keeps the watermarks of a topic taken out of the list)
+        now = {key: ts for key, ts in self._state.watermarks.items() if key[0] in listed}
         before, self._last_watermarks = self._last_watermarks, now
         if len(now) < 2 or not before:
             return []
         top = max(now.values())
-        stalled = [key for key, ts in sorted(now.items()) if before.get(key) == ts
+        stalled = [key for key, ts in sorted(now.items()) if before.get(key) == ts and key not in offsets
                    and tso_physical_ms(top) - tso_physical_ms(ts) > STALLED_S * 1000]
         new = [key for key in stalled if key not in self._warned_stalled]
         self._warned_stalled = set(stalled)
@@ -970,18 +973,22 @@ def kafka_log_ends(cfg: JobConfig, topic: str) -> dict[int, int]:
 def check_cleanup_policy(cfg: JobConfig) -> None:
     """Refuse to read a topic Kafka compacts (``cleanup.policy`` with ``compact``): compaction keeps the
     last message of each key, and TiCDC's keys do not name one row — an Open Protocol key is a table and a
-    commit ts, the same for every message of a transaction's rows of a table (16 rows to a message), an
-    Avro delete's tombstone goes after ``delete.retention.ms`` — so the rows of the messages compacted away
-    are gone, and Spark's source skips the gaps as it skips a transaction's markers, without a word. A
-    topic the job may not describe (no DescribeConfigs right), or not there yet, is not checked.
+    commit ts, the same for every message of a transaction's rows of a table (16 rows to a message), a
+    Canal-JSON or Craft message has none — so the rows of the messages compacted away are gone, and Spark's
+    source skips the gaps as it skips a transaction's markers, without a word. Avro's key is the row's
+    handle key, so compaction keeps each row's last version: warned only (a delete's tombstone goes after
+    ``delete.retention.ms``, so a job stopped longer misses it). A topic the job may not describe (no
+    DescribeConfigs right) is warned about, unchecked; one not there yet is not checked.
 
     Raises:
-        ConfigError: a topic is compacted.
+        ConfigError: a topic is compacted (not Avro); the client settings are invalid.
     """
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+    from confluent_kafka.admin import ConfigResource, ResourceType
 
-    admin = AdminClient({**cfg.librdkafka_conf(), "log_level": 0})
+    from .kafka_source import group_admin_client
+
+    admin = group_admin_client(cfg.source.bootstrap_servers, cfg.source.kafka)
     futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic) for topic in cfg.topics],
                                      request_timeout=5)
     compacted = []
@@ -989,11 +996,18 @@ def check_cleanup_policy(cfg: JobConfig) -> None:
         try:
             policy = future.result(timeout=10).get("cleanup.policy")
         except (KafkaException, TimeoutError) as exc:
-            log.debug("cannot read the cleanup.policy of topic %s: %s", resource.name, exc)
+            denied = isinstance(exc, KafkaException) and "AUTHORIZATION" in str(exc).upper()
+            (log.warning if denied else log.debug)(
+                "cannot read the cleanup.policy of topic %s (%s): not checked for compaction, which loses rows"
+                "%s", resource.name, exc, " — grant the job's principal DESCRIBE_CONFIGS on it" if denied else "")
             continue
         if policy is not None and "compact" in (policy.value or ""):
             compacted.append(f"{resource.name} (cleanup.policy={policy.value})")
-    if compacted:
+    if compacted and cfg.source.protocol == "avro":
+        log.warning("Kafka compacts %s: a delete's tombstone is removed after the topic's delete.retention.ms, so "
+                    "a job stopped longer than that misses the delete; set cleanup.policy=delete",
+                    ", ".join(sorted(compacted)))
+    elif compacted:
         raise ConfigError(
             f"source.topics: Kafka compacts {', '.join(sorted(compacted))}: compaction keeps one message per key, "
             "and TiCDC's keys do not name one row, so the rows of the messages it removes would be lost without "
