@@ -158,10 +158,18 @@ TIDB_LOWER = [
 
 
 @pytest.mark.parametrize("name,lower", TIDB_LOWER)
-def test_names_fold_as_tidb_folds_them(name: str, lower: str) -> None:
-    """TiDB compares names by Go's lower case: the job keeps apart the tables TiDB keeps apart (``ΟΔΟΣ``
-    and ``οδος`` are two) and takes for one the names TiDB takes for one."""
-    assert fold_name(name) == tidb_lower(name) == lower
+def test_tidb_lower_is_gos(name: str, lower: str) -> None:
+    """TiDB compares names by Go's lower case (columns of a configured key are matched by it)."""
+    assert tidb_lower(name) == lower
+
+
+@pytest.mark.parametrize("name", ["ΟΔΟΣ", "İstanbul", "Orders", "ΣΑΣ Σ"])
+def test_table_names_fold_as_earlier_versions_folded_them(name: str) -> None:
+    """Table and schema names keep Python's lower case, which the Delta locations and job states of earlier
+    versions are keyed by: folded as TiDB folds them, a table named with a word-final capital Σ or İ got a
+    new location and state key on upgrade, and its next rows started a second table (found by a review of
+    upgrades)."""
+    assert fold_name(name) == name.lower()
     assert fold_name(name, case_sensitive=True) == name
 
 

@@ -23,8 +23,9 @@ exact inverse on every component it produces (anything else is refused).
 **Case.** TiDB compares schema and table names case-insensitively (``lower_case_table_names = 2``); a
 changefeed's ``case-sensitive`` setting decides how its filters compare them. :func:`fold_name` is the
 one rule: lower-case unless ``case_sensitive``. The caller applies it where names enter the job; the
-lower-case spelling then names the Delta directory. Lower case is TiDB's (:func:`tidb_lower`), not
-Python's: two names are one table exactly when TiDB takes them for one.
+lower-case spelling then names the Delta directory. Lower case is Python's :meth:`str.lower`, which differs
+from TiDB's (:func:`tidb_lower`) only for a capital Σ ending a word and for İ: the tables and job states of
+earlier versions are keyed by it, and a table whose folded name changed would be started anew elsewhere.
 
 **Local or not.** :func:`file_path` turns a ``file:`` URL into the local path it names and
 :func:`local_path` tells a local location from an object-store URI: the one reading of a location that
@@ -139,9 +140,13 @@ def tidb_lower(name: str) -> str:
 
 
 def fold_name(name: str, *, case_sensitive: bool = False) -> str:
-    """A schema or table name as the job compares and stores it: lower-case (:func:`tidb_lower`) unless
-    ``case_sensitive``."""
-    return name if case_sensitive else tidb_lower(name)
+    """A schema or table name as the job compares and stores it: lower-case unless ``case_sensitive``.
+
+    Python's lower case, not TiDB's (:func:`tidb_lower`): the two differ only where a capital Σ ends a word
+    (``ΟΔΟΣ`` → ``οδος``, TiDB ``οδοσ``) and for ``İ``, and the Delta tables and job states that earlier
+    versions wrote are keyed by Python's — folded anew, such a table's rows would go to a new table. So
+    TiDB's tables ``ΟΔΟΣ`` and ``οδος`` land in one Delta table (a documented limitation)."""
+    return name if case_sensitive else name.lower()
 
 
 def _escape(c: str) -> str:

@@ -24,7 +24,6 @@ from .arrow_types import TypeParams, arrow_field_for, arrow_type_for, common_typ
 from .ddl_journal import DDLJournal, JournalEntry
 from .sink import OP_COLUMN, OP_DELETE, OP_UPSERT, STEPS_PER_BATCH, TableIdent, TableSink, Txn, batch_txn
 from ..errors import ConfigError, IdentifierError, SinkError, TableMissingError, TerminalError
-from ..locations import tidb_lower
 
 __all__ = ["TableCatalog", "ApplyResult", "DeltaApplier", "METADATA_COMMIT_TS", "METADATA_OP"]
 
@@ -43,7 +42,7 @@ class TableCatalog:
         self._params: dict[str, dict[str, TypeParams]] = {}
         for table, cols in (data or {}).items():
             if fold_names:
-                table = tidb_lower(table)
+                table = table.lower()
             self._params[table] = {
                 name: TypeParams(p.get("precision"), p.get("scale"),
                                  tuple(p["members"]) if p.get("members") is not None else None, p.get("fsp"),
