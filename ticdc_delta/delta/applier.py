@@ -238,14 +238,17 @@ class DeltaApplier:
         """The other upstream tables (``schema.table``) whose rows went to ``ident``'s location, before
         (the state) or in this batch: shards ``tables[].path`` maps to one Delta table."""
         here, name = self._location(ident), f"{ident.schema}.{ident.table}"
-        return sorted(n for n, where in {**self._known, **self._written, **self.locations}.items()
-                      if where == here and n != name)
+        return sorted(n for n, where in self._recorded().items() if where == here and n != name)
+
+    def _recorded(self) -> dict[str, str]:
+        """Where each table's rows went, latest record first: this batch's, the state's, before a reset."""
+        return {**self._known, **self._written, **self.locations}
 
     def written_in(self, schema: str) -> list[TableIdent]:
         """The tables of ``schema`` that have rows where the config puts them, before (the state) or in
         this batch, wherever that is (a wildcard ``tables[].path`` entry's location too)."""
         found = []
-        for name, where in {**self._known, **self._written, **self.locations}.items():
+        for name, where in self._recorded().items():
             if name.startswith(schema + "."):
                 ident = TableIdent(schema, name[len(schema) + 1:])
                 if self._location(ident) == where:  # (a "." in a name makes the split ambiguous)
