@@ -343,9 +343,8 @@ class DDLReplayer:
         step bound of a batch counts them (:meth:`~ticdc_delta.delta.applier.DeltaApplier.check_steps`): each
         table-level change its policy replays (``evolve``) but those that move or drop whole tables and those
         that change nothing in Delta; all the tables it names when it does not parse."""
-        try:
-            changes = d.parse_ddl(rec.query, default_schema=rec.schema, ddl_type=rec.ddl_type)
-        except Exception:  # noqa: BLE001 - counted as if it could touch them: the bound errs on the safe side
+        changes = _changes(rec)
+        if changes is None:  # counted as if it could touch them: the bound errs on the safe side
             return sorted(ddl_tables(rec, case_sensitive=case_sensitive) or ())
         out = []
         for change in changes:
